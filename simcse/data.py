@@ -1,0 +1,140 @@
+"""Training data: readers for the unsupervised text file and the supervised CSV, tokenisation, collator.
+
+Every example is stored as ``V`` tokenised *views* (``input_ids``: list of V token lists):
+V = 1 for one-sentence-per-line text (the collator repeats it, so dropout makes the two views),
+V = 2 for ``sent0,sent1`` pair CSVs, V = 3 for ``sent0,sent1,hard_neg`` triplet CSVs.
+The collator pads every view of the batch to the longest one and returns (B, V, L) tensors.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+DOWNLOAD_HINT = {
+    "wiki1m_for_simcse.txt": "bash data/download_wiki.sh",
+    "nli_for_simcse.csv": "bash data/download_nli.sh",
+}
+PAIR_COLUMNS = ("sent0", "sent1")
+TRIPLET_COLUMNS = ("sent0", "sent1", "hard_neg")
+
+
+def _hint(path: Path) -> str:
+    script = DOWNLOAD_HINT.get(path.name)
+    return f" (get it with `{script}`)" if script else ""
+
+
+def check_train_file(path: str | os.PathLike) -> Path:
+    """Return ``path`` as a Path after checking it is a non-empty readable .txt/.csv(.gz) file.
+
+    Raises:
+        FileNotFoundError: missing file (the message names the download script for the official files).
+        ValueError: an empty file or an unsupported extension.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"train_file {str(p)!r} does not exist{_hint(p)}")
+    if p.stat().st_size == 0:
+        raise ValueError(f"train_file {str(p)!r} is empty{_hint(p)}")
+    if not (p.suffix == ".txt" or p.name.endswith((".csv", ".csv.gz", ".tsv"))):
+        raise ValueError(f"train_file {str(p)!r}: expected a .txt (one sentence per line) or .csv file")
+    return p
+
+
+def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None):
+    """Load a training file as a ``datasets.Dataset`` with a column per view.
+
+    * ``.txt``: one sentence per line -> column ``sent0``; blank lines are skipped and counted in the log.
+    * ``.csv``: header with ``sent0,sent1`` (pairs) and optionally ``hard_neg`` (triplets); other columns are
+      ignored; rows with an empty cell in a used column are skipped and counted in the log.
+
+    Returns (dataset, view_columns).
+
+    Raises:
+        FileNotFoundError / ValueError: see :func:`check_train_file`; a CSV without ``sent0``/``sent1``;
+        a file with no usable row.
+    """
+    import datasets
+
+    p = check_train_file(path)
+    if p.suffix == ".txt":
+        ds = datasets.load_dataset("text", data_files=str(p), split="train")
+        ds = ds.rename_column("text", "sent0")
+        columns = ["sent0"]
+    else:
+        sep = "\t" if p.name.endswith(".tsv") else ","
+        ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False)
+        present = set(ds.column_names)
+        if not set(PAIR_COLUMNS) <= present:
+            raise ValueError(
+                f"train_file {str(p)!r} has columns {ds.column_names}; expected a header with "
+                f"'sent0,sent1' (pairs) or 'sent0,sent1,hard_neg' (triplets)"
+            )
+        columns = list(TRIPLET_COLUMNS) if "hard_neg" in present else list(PAIR_COLUMNS)
+        ds = ds.remove_columns([c for c in ds.column_names if c not in columns])
+    n_before = len(ds)
+
+    def _complete(batch):
+        return [all(isinstance(batch[c][i], str) and batch[c][i].strip() for c in columns) for i in range(len(batch[columns[0]]))]
+
+    ds = ds.filter(_complete, batched=True)
+    skipped = n_before - len(ds)
+    if skipped:
+        what = "blank lines" if p.suffix == ".txt" else "rows with an empty cell"
+        logger.warning("%s: skipped %d %s of %d", p, skipped, what, n_before)
+    if len(ds) == 0:
+        raise ValueError(f"train_file {str(p)!r} has no usable sentence (all {n_before} rows were blank or incomplete)")
+    if max_train_samples is not None:
+        ds = ds.select(range(min(max_train_samples, len(ds))))
+    return ds, columns
+
+
+def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None):
+    """Tokenise every view once (``datasets.map``, cached), truncating to ``max_seq_length`` tokens.
+
+    Adds ``input_ids`` / ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them) as
+    lists of V token lists, and drops the text columns.
+    """
+
+    def _tok(batch):
+        n = len(batch[columns[0]])
+        enc = [tokenizer(batch[c], truncation=True, max_length=max_seq_length) for c in columns]
+        return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
+
+    return ds.map(_tok, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
+
+
+@dataclass
+class ContrastiveCollator:
+    """Pad a list of examples into (B, V, L) tensors; single-view examples are repeated to 2 views.
+
+    ``pad_to_max_length`` pads to ``max_seq_length`` (reference option) instead of the batch's longest
+    sequence. Keys: ``input_ids``, ``attention_mask`` and ``token_type_ids`` when present (int64).
+    """
+
+    pad_token_id: int
+    max_seq_length: int = 32
+    pad_to_max_length: bool = False
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        if not features:
+            raise ValueError("cannot collate an empty batch")
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in features[0]]
+        views = len(features[0]["input_ids"])
+        repeat = 2 if views == 1 else 1
+        longest = max(len(ids) for f in features for ids in f["input_ids"])
+        length = self.max_seq_length if self.pad_to_max_length else longest
+        batch = {}
+        for key in keys:
+            pad = self.pad_token_id if key == "input_ids" else 0
+            t = torch.full((len(features), views, length), pad, dtype=torch.long)
+            for i, f in enumerate(features):
+                for v, ids in enumerate(f[key]):
+                    t[i, v, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+            batch[key] = t.repeat_interleave(repeat, dim=1) if repeat > 1 else t  # (B, V', L)
+        return batch

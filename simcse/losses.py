@@ -1,0 +1,86 @@
+"""Contrastive losses as pure functions of embeddings (paper Section 3, Eq. 1, 4 and 5)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def cosine_logits(z1: torch.Tensor, z2: torch.Tensor, temp: float) -> torch.Tensor:
+    """Cosine similarity of every row of ``z1`` (N, H) with every row of ``z2`` (M, H), divided by ``temp``.
+
+    Computed in float32 whatever the input dtype (bf16/fp16 under autocast would lose the 1/temp = 20x
+    scaled logits). Zero vectors get similarity 0 (eps 1e-8, as ``torch.nn.CosineSimilarity``).
+    Returns (N, M) float32.
+    """
+    a = F.normalize(z1.float(), dim=-1, eps=1e-8)
+    b = F.normalize(z2.float(), dim=-1, eps=1e-8)
+    return (a @ b.T) / temp
+
+
+def info_nce(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    z3: torch.Tensor | None = None,
+    *,
+    temp: float = 0.05,
+    hard_negative_weight: float = 1.0,
+    labels: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """SimCSE's InfoNCE loss with in-batch negatives and optional hard negatives.
+
+    For query i with positive ``labels[i]`` (default i):
+
+        l_i = -log  e^{sim(z1_i, z2_{p_i})/temp}
+                    / ( sum_j e^{sim(z1_i, z2_j)/temp} + sum_j alpha^{[j = p_i]} e^{sim(z1_i, z3_j)/temp} )
+
+    which is Eq. 1/4 of the paper without ``z3`` and Eq. 5 with it (``alpha = hard_negative_weight``);
+    ``sim`` is cosine similarity. Returns the mean over queries, a float32 scalar.
+
+    Args:
+        z1: (B, H) queries (first dropout view, or premises). Any float dtype.
+        z2: (M, H) keys holding the positives (second view / entailment); M >= B when keys were gathered
+            from other devices.
+        z3: optional (M, H) hard negatives (contradictions), aligned with ``z2``.
+        temp: temperature tau > 0 (paper: 0.05).
+        hard_negative_weight: alpha >= 0, a *multiplicative* weight on each query's own hard negative
+            (Eq. 5; alpha = 1 is the paper's Table 7 setting). The reference code's argument of the same
+            name is added to the logit instead, i.e. reference ``w`` equals ``log(alpha)`` here:
+            reference 0.0 == alpha 1.0; to port reference ``w`` use ``alpha = exp(w)``.
+        labels: optional (B,) int64 column of each query's positive in ``z2`` (default ``arange(B)``).
+
+    Raises:
+        ValueError: bad shapes, ``temp <= 0``, ``hard_negative_weight < 0``, or a batch with a single
+            sentence and no hard negative (the loss would be identically 0: nothing to contrast).
+    """
+    if not temp > 0 or not math.isfinite(temp):
+        raise ValueError(f"temp must be a finite number > 0, got {temp!r}")
+    if not hard_negative_weight >= 0:
+        raise ValueError(f"hard_negative_weight (alpha) must be >= 0, got {hard_negative_weight!r}")
+    if z1.dim() != 2 or z2.dim() != 2 or z1.shape[1] != z2.shape[1]:
+        raise ValueError(f"z1 and z2 must be (B, H) and (M, H); got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    if z3 is not None and z3.shape != z2.shape:
+        raise ValueError(f"z3 must have the shape of z2 {tuple(z2.shape)}; got {tuple(z3.shape)}")
+    batch = z1.shape[0]
+    if labels is None:
+        if z2.shape[0] < batch:
+            raise ValueError(f"z2 has {z2.shape[0]} rows, fewer than the {batch} queries in z1")
+        labels = torch.arange(batch, device=z1.device)
+    if z2.shape[0] < 2 and z3 is None:
+        raise ValueError(
+            "InfoNCE needs at least 2 sentences per batch (in-batch negatives); got 1. "
+            "Use per_device_train_batch_size >= 2."
+        )
+
+    logits = cosine_logits(z1, z2, temp)  # (B, M) float32
+    if z3 is not None:
+        hard = cosine_logits(z1, z3, temp)  # (B, M) float32
+        if hard_negative_weight != 1.0:
+            # alpha multiplies exp(logit) of the own hard negative only: add log(alpha) to that logit.
+            log_alpha = math.log(hard_negative_weight) if hard_negative_weight > 0 else float("-inf")
+            bonus = torch.zeros_like(hard)
+            bonus[torch.arange(batch, device=hard.device), labels] = log_alpha
+            hard = hard + bonus
+        logits = torch.cat([logits, hard], dim=1)  # (B, 2M)
+    return F.cross_entropy(logits, labels)

@@ -1,0 +1,334 @@
+"""SimCSEModel: any HF ``AutoModel`` encoder composed with a pooler (and the ``cls`` MLP head).
+
+A saved SimCSE model is a plain HF encoder folder plus two small files::
+
+    config.json, model.safetensors, tokenizer files   # the encoder: AutoModel.from_pretrained(dir) works
+    simcse_config.json                                 # pooler_type, mlp_only_train, hidden_size, format version
+    simcse_mlp.safetensors                             # the MLP head (only for pooler_type "cls")
+
+so loading never guesses the pooler from the model's name (the reference's tool did).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .pooling import MLPHead, get_pooler
+
+logger = logging.getLogger(__name__)
+
+SIMCSE_CONFIG_NAME = "simcse_config.json"
+MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
+FORMAT_VERSION = 1
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def _check_model_dir(path: str) -> bool:
+    """True when ``path`` is a local folder (checked for weights); False for a hub name.
+
+    Raises:
+        FileNotFoundError: ``path`` looks like a local path but does not exist, or has no weight file.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if not any((p / f).is_file() for f in _WEIGHT_FILES):
+            raise FileNotFoundError(
+                f"model folder {path!r} has no weights: expected one of {list(_WEIGHT_FILES)}"
+            )
+        return True
+    if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
+        raise FileNotFoundError(f"model path {path!r} is not a folder with a saved model")
+    return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
+
+
+def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
+    """Load ``AutoModel`` from ``path``; return (encoder, its detached pooler module or None).
+
+    The encoder's own pooler (BERT's NSP pooler: Linear + Tanh) is detached: SimCSE never runs it inside the
+    encoder, and an unused module would break DDP's gradient bookkeeping. It is returned so that a plain HF
+    checkpoint evaluated with ``cls`` can use its weights (as the reference evaluation's ``pooler_output``)
+    and so that saving can put it back, holding the MLP (as the reference's ``simcse_to_huggingface``).
+    """
+    from transformers import AutoModel
+
+    encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    hf_pooler = getattr(encoder, "pooler", None)
+    if not isinstance(hf_pooler, nn.Module):
+        return encoder, None
+    encoder.pooler = None
+    return encoder, hf_pooler
+
+
+def _pooler_dense(hf_pooler) -> nn.Linear | None:
+    dense = getattr(hf_pooler, "dense", None)
+    return dense if isinstance(dense, nn.Linear) else None
+
+
+class SimCSEModel(nn.Module):
+    """Encoder + pooler mapping token ids to sentence embeddings.
+
+    Args:
+        encoder: an HF ``PreTrainedModel`` returning ``last_hidden_state`` (and ``hidden_states`` on request).
+        pooler_type: one of :data:`simcse.pooling.POOLERS` (``ValueError`` otherwise).
+        mlp_only_train: apply the ``cls`` MLP in training only, not when encoding (paper's unsupervised
+            default, Section 3 / reference ``--mlp_only_train``).
+        tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`).
+
+    ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
+    """
+
+    def __init__(self, encoder: nn.Module, pooler_type: str = "cls", mlp_only_train: bool = False, tokenizer=None,
+                 hf_pooler: nn.Module | None = None):
+        super().__init__()
+        # The encoder's own pooler, detached (see _load_encoder); kept in a list so it is not a submodule.
+        self._hf_pooler = [hf_pooler] if hf_pooler is not None else []
+        self.pooler = get_pooler(pooler_type)
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.mlp_only_train = bool(mlp_only_train)
+        hidden = encoder.config.hidden_size
+        self.mlp = MLPHead(hidden) if self.pooler.uses_mlp else None
+        if self.mlp is not None:
+            std = getattr(encoder.config, "initializer_range", 0.02)
+            nn.init.normal_(self.mlp.dense.weight, mean=0.0, std=std)
+            nn.init.zeros_(self.mlp.dense.bias)
+            self.mlp.to(dtype=next(encoder.parameters()).dtype)
+
+    @property
+    def pooler_type(self) -> str:
+        return self.pooler.name
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder.config.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # ----------------------------------------------------------------------------------------- forward
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
+        """input_ids, attention_mask: (N, L) int64 -> embeddings (N, H).
+
+        Extra keyword tensors the tokenizer produced (e.g. ``token_type_ids`` (N, L)) go to the encoder.
+        """
+        out = self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=self.pooler.needs_hidden_states,
+            return_dict=True,
+            **encoder_kwargs,
+        )
+        pooled = self.pooler.fn(out.last_hidden_state, attention_mask, out.hidden_states)  # (N, H)
+        if self.mlp is not None and (self.training or not self.mlp_only_train):
+            pooled = self.mlp(pooled)
+        return pooled
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        """Delegate to the encoder (called by HF Trainer when ``--gradient_checkpointing``)."""
+        self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+
+    # ------------------------------------------------------------------------------------------ encode
+    @torch.inference_mode()
+    def encode(
+        self,
+        sentences: list[str],
+        batch_size: int = 64,
+        max_length: int = 128,
+        device: str | torch.device | None = None,
+        show_progress: bool = False,
+        normalize: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> np.ndarray:
+        """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
+
+        Batches are formed over length-sorted sentences to cut padding; ``max_length`` truncates (tokens).
+        ``dtype`` (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed.
+
+        Raises:
+            TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
+            ValueError: the model has no tokenizer.
+        """
+        if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
+            raise TypeError(f"sentences must be a list of str, got {type(sentences).__name__}")
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise TypeError(f"sentences[{i}] must be str, got {type(s).__name__}")
+        if self.tokenizer is None:
+            raise ValueError("this SimCSEModel has no tokenizer; pass one to the constructor or load with from_pretrained")
+        if len(sentences) == 0:
+            return np.zeros((0, self.hidden_size), dtype=np.float32)
+        if device is not None:
+            self.to(device)
+        dev = self.device
+        was_training = self.training
+        self.eval()
+        order = np.argsort([-len(s) for s in sentences], kind="stable")
+        out = np.empty((len(sentences), self.hidden_size), dtype=np.float32)
+        starts = range(0, len(sentences), batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="encoding", unit="batch")
+        try:
+            for start in starts:
+                idx = order[start : start + batch_size]
+                batch = self.tokenizer(
+                    [sentences[i] for i in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+                )
+                batch = {k: v.to(dev) for k, v in batch.items()}
+                with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
+                    emb = self(**batch)
+                emb = emb.float()
+                if normalize:
+                    emb = torch.nn.functional.normalize(emb, dim=-1)
+                out[idx] = emb.cpu().numpy()
+        finally:
+            self.train(was_training)
+        return out
+
+    # ----------------------------------------------------------------------------------- save / load
+    def simcse_config(self) -> dict:
+        return {
+            "format_version": FORMAT_VERSION,
+            "pooler_type": self.pooler_type,
+            "mlp_only_train": self.mlp_only_train,
+            "hidden_size": self.hidden_size,
+        }
+
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+        """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
+
+        Files are first written to a temporary folder next to ``save_directory`` and then moved in one
+        rename each, so an interrupted save never leaves a half-written weight file in place.
+        """
+        from safetensors.torch import save_file
+
+        target = Path(save_directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            self._save_encoder(tmp)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(tmp)
+            if self.mlp is not None:
+                save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
+            (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
+            if not target.exists():
+                os.replace(tmp, target)
+                return
+            target.mkdir(exist_ok=True)
+            for f in sorted(tmp.rglob("*")):
+                dest = target / f.relative_to(tmp)
+                if f.is_dir():
+                    dest.mkdir(exist_ok=True)
+                else:
+                    os.replace(f, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _save_encoder(self, folder: Path) -> None:
+        # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
+        # has an MLP of the same shape, the pooler holds the MLP, so HF's ``pooler_output`` equals our ``cls``.
+        hf_pooler = self._hf_pooler[0] if self._hf_pooler else None
+        dense = _pooler_dense(hf_pooler)
+        if dense is not None and self.mlp is not None and dense.weight.shape == self.mlp.dense.weight.shape:
+            with torch.no_grad():
+                dense.weight.copy_(self.mlp.dense.weight)
+                dense.bias.copy_(self.mlp.dense.bias)
+        if hf_pooler is not None:
+            self.encoder.pooler = hf_pooler.to(self.device)
+        try:
+            self.encoder.save_pretrained(folder, safe_serialization=True)
+        finally:
+            if hf_pooler is not None:
+                self.encoder.pooler = None
+
+    @staticmethod
+    def read_simcse_config(path: str | os.PathLike) -> dict | None:
+        """The parsed ``simcse_config.json`` of a local folder, or None when it has none."""
+        f = Path(path) / SIMCSE_CONFIG_NAME
+        if not f.is_file():
+            return None
+        cfg = json.loads(f.read_text())
+        if cfg.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(f"{f} has format_version {cfg['format_version']}; this simcse reads <= {FORMAT_VERSION}")
+        return cfg
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_name_or_path: str | os.PathLike,
+        pooler_type: str | None = None,
+        mlp_only_train: bool | None = None,
+        new_mlp_init: str = "encoder_pooler",
+        trust_remote_code: bool = False,
+        **hf_kwargs,
+    ) -> "SimCSEModel":
+        """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, or a hub name.
+
+        Args:
+            pooler_type: overrides the saved pooler; for a plain HF encoder it defaults to ``cls`` with a warning.
+            mlp_only_train: overrides the saved flag (default False for a plain encoder).
+            new_mlp_init: how a ``cls`` MLP absent from the folder starts: ``"encoder_pooler"`` copies the
+                encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
+                ``"random"`` draws N(0, initializer_range) like the reference trainer's fresh ``MLPLayer``.
+            trust_remote_code: passed to transformers; off by default.
+            hf_kwargs: more ``AutoModel.from_pretrained`` options (``torch_dtype``, ``attn_implementation``...).
+
+        Raises:
+            FileNotFoundError: a local path that is missing or holds no weights.
+            ValueError: an unknown pooler name or ``new_mlp_init``.
+        """
+        from transformers import AutoTokenizer
+
+        path = str(model_name_or_path)
+        if new_mlp_init not in ("encoder_pooler", "random"):
+            raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
+        is_local = _check_model_dir(path)
+        cfg = cls.read_simcse_config(path) if is_local else None
+        if pooler_type is None:
+            if cfg is not None:
+                pooler_type = cfg["pooler_type"]
+            else:
+                pooler_type = "cls"
+                logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)
+        get_pooler(pooler_type)  # fail on a bad name before loading weights
+        if mlp_only_train is None:
+            mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
+        encoder, hf_pooler = _load_encoder(path, trust_remote_code=trust_remote_code, **hf_kwargs)
+        hf_dense = _pooler_dense(hf_pooler)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
+        if model.mlp is not None:
+            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else None
+            if mlp_file is not None and mlp_file.is_file():
+                from safetensors.torch import load_file
+
+                model.mlp.load_state_dict(load_file(str(mlp_file)))
+            elif new_mlp_init == "encoder_pooler" and hf_dense is not None and hf_dense.weight.shape == model.mlp.dense.weight.shape:
+                model.mlp.dense.load_state_dict(hf_dense.state_dict())
+            elif new_mlp_init == "encoder_pooler" and not mlp_only_train:
+                logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
+        return model
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place."""
+        from safetensors.torch import load_file
+
+        _check_model_dir(str(path))
+        fresh, _ = _load_encoder(str(path), torch_dtype=next(self.encoder.parameters()).dtype)
+        self.encoder.load_state_dict(fresh.state_dict())
+        if self.mlp is not None:
+            mlp_file = Path(path) / MLP_WEIGHTS_NAME
+            if not mlp_file.is_file():
+                raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
+            self.mlp.load_state_dict(load_file(str(mlp_file)))

