@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> dict:
         _print_metrics("before training (dev)", results["before"])
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    results["after"] = trainer.evaluate()
-    _print_metrics("after training (dev)", results["after"])
+    if data_args.eval_before_training or training_args.eval_strategy != "no":
+        results["after"] = trainer.evaluate()
+        _print_metrics("after training (dev)", results["after"])
     if data_args.test_after_training and training_args.should_save:
         from .evaluation import evaluate
 

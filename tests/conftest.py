@@ -76,8 +76,19 @@ def minilm_dir():
     return str(m.get_model_path())
 
 
+def random_sentences(n: int, seed: int = 0) -> list[str]:
+    """``n`` distinct random sentences over the tiny vocabulary (no duplicate negatives in a batch)."""
+    import random
+
+    rng = random.Random(seed)
+    out = set()
+    while len(out) < n:
+        out.add(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))))
+    return sorted(out)
+
+
 @pytest.fixture
 def train_txt(tmp_path):
     p = tmp_path / "train.txt"
-    p.write_text("\n".join(SENTENCES * 4) + "\n\n   \n")
+    p.write_text("\n".join(random_sentences(64)) + "\n\n   \n")
     return p

@@ -1,0 +1,154 @@
+"""Make the paper's analysis figures from saved models or a training metrics log.
+
+    # Figure 3: models in the alignment-uniformity plane, coloured by STS (from --sts_avg, else from each
+    # model folder's simcse_results.json)
+    python scripts/plot_figures.py --figure align_uniform --models out/a out/b --out fig3.png
+    # Figure 2: alignment/uniformity during training (the AlignUniformCallback's log)
+    python scripts/plot_figures.py --figure training_curve --log out/a/align_uniform.jsonl --out fig2.png
+    # Figure F.1: singular spectra of the STS-B sentence embeddings
+    python scripts/plot_figures.py --figure spectrum --models M M --poolers avg cls_before_pooler --out f1.png
+    # Figure G.1: cosine distributions of STS-B pairs by gold-score group
+    python scripts/plot_figures.py --figure cosine_bins --models M --out g1.png
+
+The numbers behind each figure are printed as JSON (and written to --json FILE if given).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+FIGURES = ("align_uniform", "training_curve", "spectrum", "cosine_bins")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--figure", required=True, choices=FIGURES)
+    p.add_argument("--out", required=True, help="output .png path")
+    p.add_argument("--models", nargs="+", default=[], help="saved SimCSE model folders (or HF encoder folders)")
+    p.add_argument("--poolers", nargs="+", default=None,
+                   help="pooler per model (or one for all); default: the one saved with each model")
+    p.add_argument("--labels", nargs="+", default=None, help="legend label per model (or per --log file)")
+    p.add_argument("--log", nargs="+", default=[], help="align_uniform.jsonl file(s) for --figure training_curve")
+    p.add_argument("--sts_avg", nargs="+", type=float, default=None, help="STS score per model (Figure 3 colours)")
+    p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder (STS-B lives under STS/STSBenchmark)")
+    p.add_argument("--split", default="dev", choices=("train", "dev", "test", "all"), help="STS-B split")
+    p.add_argument("--center", action="store_true", help="spectrum: centre the embedding matrix first")
+    p.add_argument("--l2_normalize", action="store_true", help="spectrum: unit-normalise rows first")
+    p.add_argument("--log_scale", action="store_true", help="spectrum: log y axis")
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--max_length", type=int, default=128)
+    p.add_argument("--device", default=None, help="e.g. cuda; default: cpu")
+    p.add_argument("--title", default=None)
+    p.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    return p
+
+
+def _per_model(values, n: int, what: str, parser) -> list:
+    if values is None:
+        return [None] * n
+    if len(values) == 1:
+        return list(values) * n
+    if len(values) != n:
+        parser.error(f"--{what} needs 1 value or one per model ({n}), got {len(values)}")
+    return list(values)
+
+
+def _labels(args, n: int, defaults: list[str], parser) -> list[str]:
+    if args.labels is None:
+        return defaults
+    if len(args.labels) != n:
+        parser.error(f"--labels needs {n} values, got {len(args.labels)}")
+    return list(args.labels)
+
+
+def _saved_sts(model_dir: str) -> float | None:
+    f = Path(model_dir) / "simcse_results.json"
+    if not f.is_file():
+        return None
+    after = json.loads(f.read_text()).get("after", {})
+    value = after.get("eval_avg_sts")
+    return None if value is None else 100.0 * float(value)
+
+
+def _encoders(args, parser):
+    """Yield (label, encode) per model."""
+    from simcse import SimCSEModel
+
+    if not args.models:
+        parser.error(f"--figure {args.figure} needs --models")
+    poolers = _per_model(args.poolers, len(args.models), "poolers", parser)
+    defaults = [Path(m).name + (f" ({p})" if p else "") for m, p in zip(args.models, poolers)]
+    labels = _labels(args, len(args.models), defaults, parser)
+    for path, pooler, label in zip(args.models, poolers, labels):
+        model = SimCSEModel.from_pretrained(path, pooler_type=pooler)
+        if args.device:
+            model.to(args.device)
+
+        def encode(sentences, model=model):
+            return model.encode(sentences, batch_size=args.batch_size, max_length=args.max_length)
+
+        yield label, encode
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from simcse import analysis, plots
+
+    numbers: dict = {"figure": args.figure, "split": args.split}
+    try:
+        if args.figure == "training_curve":
+            from simcse.callbacks import read_align_uniform_log
+
+            if not args.log:
+                parser.error("--figure training_curve needs --log FILE [FILE ...]")
+            labels = _labels(args, len(args.log), [Path(f).parent.name or Path(f).stem for f in args.log], parser)
+            runs = {label: read_align_uniform_log(f) for label, f in zip(labels, args.log)}
+            plots.plot_training_curve(runs, args.out, title=args.title)
+            numbers["runs"] = {k: v[-1] for k, v in runs.items()}
+        elif args.figure == "align_uniform":
+            sts = _per_model(args.sts_avg, len(args.models), "sts_avg", parser)
+            rows = []
+            for (label, encode), model_dir, s in zip(_encoders(args, parser), args.models, sts):
+                m = analysis.stsb_alignment_uniformity(encode, args.data_dir, split=args.split)
+                rows.append({"model": label, **m, "sts": s if s is not None else _saved_sts(model_dir)})
+            have_sts = all(r["sts"] is not None for r in rows)
+            plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
+                                     [r["uniform"] for r in rows], args.out,
+                                     sts=[r["sts"] for r in rows] if have_sts else None, title=args.title)
+            numbers["models"] = rows
+        else:
+            pairs = analysis.read_stsb(args.data_dir, args.split)
+            results, rows = {}, []
+            for label, encode in _encoders(args, parser):
+                unique, e1, e2 = analysis.encode_pairs(encode, pairs)
+                if args.figure == "spectrum":
+                    s = analysis.singular_spectrum(unique, center=args.center, l2_normalize_rows=args.l2_normalize)
+                    results[label] = s
+                    rows.append({"model": label, "n_sentences": int(unique.shape[0]), "first_10": [round(float(v), 4) for v in s[:10]]})
+                else:
+                    groups = analysis.cosine_by_gold_bins(e1, e2, pairs.gold)
+                    results[label] = groups
+                    rows.append({"model": label, "bins": [
+                        {"gold": g.label, "n": int(g.cosines.size),
+                         "mean_cos": round(float(g.cosines.mean()), 4) if g.cosines.size else None} for g in groups]})
+            if args.figure == "spectrum":
+                numbers["center"], numbers["l2_normalize"] = args.center, args.l2_normalize
+                plots.plot_singular_spectra(results, args.out, log_scale=args.log_scale, title=args.title)
+            else:
+                plots.plot_cosine_bins(results, args.out, title=args.title)
+            numbers["models"] = rows
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+    numbers["out"] = str(args.out)
+    text = json.dumps(numbers, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return numbers
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,568 @@
+"""The paper's embedding analyses as pure functions of embedding matrices.
+
+* :func:`alignment` and :func:`uniformity`: Wang and Isola (2020), used in SimCSE Section 3 (Figure 2) and
+  Section 5 (Figure 3); :func:`stsb_alignment_uniformity` computes both in the paper's STS-B setting.
+* :func:`singular_spectrum`: the singular values of an embedding matrix, scaled as Appendix F (Figure F.1).
+* :func:`cosine_by_gold_bins`: cosine similarities of sentence pairs grouped by gold score (Appendix G).
+* :class:`Whitening`: the post-processing baseline of Su et al. (2021), "Whitening sentence representations
+  for better semantics and faster retrieval", compared against in the paper's Tables 5 and 6.
+
+Every function takes numpy arrays or torch tensors (any float dtype, any device) and computes in float64
+on the CPU. Nothing heavy is imported at module import time.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------- input checks
+
+
+def _to_numpy(x, name: str) -> np.ndarray:
+    """``x`` (numpy array, torch tensor or nested list) as a float64 numpy array."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch here
+        x = x.detach().cpu()
+        if x.is_floating_point() and x.element_size() < 4:  # bf16 has no numpy dtype; widen halves
+            x = x.float()
+        x = x.numpy()
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a numeric array or tensor, got {type(x).__name__}: {e}") from e
+    return arr
+
+
+def _as_matrix(x, name: str, min_rows: int = 1) -> np.ndarray:
+    """``x`` as a finite float64 (N, D) matrix with N >= ``min_rows`` and D >= 1.
+
+    Raises:
+        TypeError: ``x`` is not numeric.
+        ValueError: ``x`` is not 2-D, has too few rows, no columns, or NaN/inf entries.
+    """
+    arr = _to_numpy(x, name)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (N, D) embedding matrix, got shape {arr.shape}")
+    if arr.shape[0] < min_rows:
+        raise ValueError(f"{name} needs at least {min_rows} row(s), got shape {arr.shape}")
+    if arr.shape[1] < 1:
+        raise ValueError(f"{name} has no columns (shape {arr.shape})")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        row = int(np.argwhere(bad)[0, 0])
+        raise ValueError(f"{name} has a NaN or infinite value (first in row {row})")
+    return arr
+
+
+def l2_normalize(x, name: str = "x") -> np.ndarray:
+    """Rows of ``x`` (N, D) scaled to unit L2 norm; returns float64 (N, D).
+
+    Raises:
+        ValueError: a row has zero norm (its direction is undefined; the message gives the row), or any
+            check of a (N, D) matrix fails (see module docs).
+    """
+    arr = _as_matrix(x, name)
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)  # (N, 1)
+    zero = np.flatnonzero(norms[:, 0] == 0)
+    if zero.size:
+        raise ValueError(f"{name} row {int(zero[0])} is a zero vector: cannot normalise it to unit length")
+    return arr / norms
+
+
+def _check_positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+# ------------------------------------------------------------------------------ alignment / uniformity
+
+
+def alignment(x, y, alpha: float = 2.0) -> float:
+    """Alignment loss of positive pairs (Wang and Isola 2020, Eq. 2 there; SimCSE Section 5, Eq. 2).
+
+    ``l_align = mean_i || f(x_i) - f(y_i) ||_2 ^ alpha`` where f(.) is the row L2-normalised embedding and
+    (x_i, y_i) is the i-th positive pair. Lower is better; for unit vectors and alpha = 2 the value lies in
+    [0, 4] (0: every pair coincides).
+
+    Args:
+        x: (N, D) embeddings of the first sentence of each positive pair (numpy or torch, any float dtype).
+        y: (N, D) embeddings of the second sentence, row-aligned with ``x``.
+        alpha: exponent > 0 (paper: 2).
+
+    Returns:
+        A Python float.
+
+    Raises:
+        ValueError: shapes differ, N = 0, a zero row (cannot be normalised), NaN/inf, or alpha <= 0.
+    """
+    alpha = _check_positive(alpha, "alpha")
+    a = l2_normalize(x, "x")
+    b = l2_normalize(y, "y")
+    if a.shape != b.shape:
+        raise ValueError(f"x and y must have the same (N, D) shape, got {a.shape} and {b.shape}")
+    dist = np.linalg.norm(a - b, axis=1)  # (N,)
+    return float(np.mean(dist**alpha))
+
+
+def _logsumexp(values: np.ndarray) -> float:
+    m = float(np.max(values))
+    return m + math.log(float(np.sum(np.exp(values - m))))
+
+
+def uniformity(x, t: float = 2.0, chunk_size: int = 2048) -> float:
+    """Uniformity loss (Wang and Isola 2020, Eq. 3 there; SimCSE Section 5, Eq. 3).
+
+    ``l_uniform = log mean_{i<j} exp(-t || f(x_i) - f(x_j) ||_2^2)`` over all N(N-1)/2 pairs of distinct
+    rows, with f(.) the row L2-normalised embedding. Lower (more negative) is better; for unit vectors the
+    value lies in [-4t, 0] (0: all embeddings identical).
+
+    Computed exactly in float64 blocks of ``chunk_size`` rows (memory O(chunk_size * N)) with a
+    log-sum-exp, so any N that fits in memory as (N, D) works.
+
+    Args:
+        x: (N, D) embeddings, N >= 2 (numpy or torch, any float dtype).
+        t: temperature of the Gaussian potential, > 0 (paper: 2).
+        chunk_size: rows per block (a speed/memory knob; the result does not depend on it).
+
+    Returns:
+        A Python float.
+
+    Raises:
+        ValueError: N < 2, a zero row, NaN/inf, t <= 0 or chunk_size < 1.
+    """
+    t = _check_positive(t, "t")
+    if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    a = l2_normalize(_as_matrix(x, "x", min_rows=2), "x")
+    n = a.shape[0]
+    parts = []
+    for start in range(0, n - 1, chunk_size):
+        block = a[start : start + chunk_size]  # (C, D)
+        cos = block @ a.T  # (C, N)
+        sq = np.clip(2.0 - 2.0 * cos, 0.0, 4.0)  # squared distance of unit vectors
+        rows = np.arange(start, start + block.shape[0])[:, None]
+        upper = np.arange(n)[None, :] > rows  # keep j > i only: each unordered pair once
+        vals = -t * sq[upper]
+        if vals.size:
+            parts.append(_logsumexp(vals))
+    n_pairs = n * (n - 1) / 2.0
+    return float(_logsumexp(np.asarray(parts)) - math.log(n_pairs))
+
+
+# ----------------------------------------------------------------------------------------- spectrum
+
+
+def singular_spectrum(x, center: bool = False, l2_normalize_rows: bool = False, normalize: str | None = "max") -> np.ndarray:
+    """Singular values of the embedding matrix, largest first (SimCSE Appendix F, Figure F.1).
+
+    The paper states only the scaling: "We normalize the singular values so that the largest one is 1"
+    (``normalize="max"``, the default). It does not say whether the matrix is centred or its rows
+    normalised; the defaults here use the raw matrix of sentence embeddings (``center=False``,
+    ``l2_normalize_rows=False``), the matrix of Section 5's analysis. Centring removes the common mean
+    direction, which alone makes the first singular value of an anisotropic encoder dominate.
+
+    Args:
+        x: (N, D) embeddings (numpy or torch).
+        center: subtract the column mean before the SVD.
+        l2_normalize_rows: scale each row to unit length first (before centring).
+        normalize: ``"max"`` divides by the largest singular value, ``"sum"`` by the sum of all,
+            ``None`` returns them unscaled.
+
+    Returns:
+        float64 array (min(N, D),), non-increasing.
+
+    Raises:
+        ValueError: bad ``x`` (see :func:`l2_normalize`), an unknown ``normalize``, or an all-zero matrix
+            with a scaling requested.
+    """
+    if normalize not in ("max", "sum", None):
+        raise ValueError(f"normalize must be 'max', 'sum' or None, got {normalize!r}")
+    a = l2_normalize(x, "x") if l2_normalize_rows else _as_matrix(x, "x")
+    if center:
+        a = a - a.mean(axis=0, keepdims=True)
+    s = np.linalg.svd(a, compute_uv=False)  # (min(N, D),) descending
+    if normalize is None:
+        return s
+    scale = s[0] if normalize == "max" else s.sum()
+    if scale <= 0:
+        raise ValueError("x has only zero singular values (an all-zero matrix after centring); cannot normalise")
+    return s / scale
+
+
+# ------------------------------------------------------------------------------ cosine by gold bins
+
+
+class GoldBin(NamedTuple):
+    """One gold-score group of :func:`cosine_by_gold_bins`: pairs with ``low <= gold < high``
+    (``<= high`` for the last bin); ``cosines`` is float64 (n_pairs_in_bin,)."""
+
+    low: float
+    high: float
+    cosines: np.ndarray
+
+    @property
+    def label(self) -> str:
+        return f"{self.low:g}-{self.high:g}"
+
+
+def pair_cosine(e1, e2) -> np.ndarray:
+    """Cosine similarity of each row pair: e1, e2 (N, D) -> float64 (N,).
+
+    Raises:
+        ValueError: shapes differ, a zero row, NaN/inf.
+    """
+    a = l2_normalize(e1, "e1")
+    b = l2_normalize(e2, "e2")
+    if a.shape != b.shape:
+        raise ValueError(f"e1 and e2 must have the same (N, D) shape, got {a.shape} and {b.shape}")
+    return np.sum(a * b, axis=1)
+
+
+def cosine_by_gold_bins(e1, e2, gold, bins: Sequence[float] = (0, 1, 2, 3, 4, 5)) -> list[GoldBin]:
+    """Cosine similarities of sentence pairs grouped by their gold similarity (SimCSE Appendix G, Figure G.1).
+
+    The paper divides STS-B pairs "into 5 groups based on ground truth ratings"; STS-B gold scores lie in
+    [0, 5], so the default edges give the groups [0,1), [1,2), [2,3), [3,4), [4,5].
+
+    Args:
+        e1: (N, D) embeddings of the first sentences.
+        e2: (N, D) embeddings of the second sentences.
+        gold: (N,) gold scores (any real scale matching ``bins``).
+        bins: K+1 strictly increasing edges -> K groups; each is [low, high), the last [low, high].
+
+    Returns:
+        K :class:`GoldBin` (low, high, cosines float64 (n_k,)), in edge order; a group may be empty.
+
+    Raises:
+        ValueError: mismatched lengths, fewer than 2 or non-increasing edges, non-finite gold scores, or a
+            gold score outside [bins[0], bins[-1]] (the message gives the first such pair).
+    """
+    cos = pair_cosine(e1, e2)
+    g = _to_numpy(gold, "gold")
+    if g.ndim != 1 or g.shape[0] != cos.shape[0]:
+        raise ValueError(f"gold must be a 1-D array of length N={cos.shape[0]}, got shape {g.shape}")
+    if not np.all(np.isfinite(g)):
+        raise ValueError(f"gold has a NaN or infinite score (pair {int(np.flatnonzero(~np.isfinite(g))[0])})")
+    edges = _to_numpy(bins, "bins")
+    if edges.ndim != 1 or edges.size < 2 or not np.all(np.diff(edges) > 0):
+        raise ValueError(f"bins must be at least 2 strictly increasing edges, got {list(np.atleast_1d(edges))}")
+    outside = np.flatnonzero((g < edges[0]) | (g > edges[-1]))
+    if outside.size:
+        i = int(outside[0])
+        raise ValueError(f"gold score {g[i]:g} of pair {i} is outside the bins [{edges[0]:g}, {edges[-1]:g}]")
+    groups = []
+    for k in range(edges.size - 1):
+        lo, hi = float(edges[k]), float(edges[k + 1])
+        last = k == edges.size - 2
+        mask = (g >= lo) & ((g <= hi) if last else (g < hi))
+        groups.append(GoldBin(lo, hi, cos[mask]))
+    return groups
+
+
+# ----------------------------------------------------------------------------------------- STS-B data
+
+STSB_SPLITS = ("train", "dev", "test")
+
+
+class STSPairs(NamedTuple):
+    """Scored sentence pairs: ``sent1``/``sent2`` lists of N str, ``gold`` float64 (N,)."""
+
+    sent1: list[str]
+    sent2: list[str]
+    gold: np.ndarray
+
+
+def _default_senteval_dir() -> Path | None:
+    try:  # the evaluation subpackage owns the data-folder lookup when it is installed
+        from .evaluation import resolve_senteval_dir  # type: ignore[attr-defined]
+    except ImportError:
+        resolve_senteval_dir = None
+    if resolve_senteval_dir is not None:
+        return Path(resolve_senteval_dir())
+    here = Path(__file__).resolve().parent.parent
+    for cand in (here / "data" / "downstream", here / "SentEval" / "data" / "downstream",
+                 here.parent / "shared" / "data" / "senteval" / "downstream"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def _stsb_folder(data_dir: str | os.PathLike | None) -> Path:
+    """The folder holding ``sts-{train,dev,test}.csv``; ``data_dir`` may be SentEval's ``downstream``
+    folder, its ``STS`` folder or the ``STSBenchmark`` folder itself."""
+    root = Path(data_dir) if data_dir is not None else _default_senteval_dir()
+    if root is None:
+        raise FileNotFoundError("no SentEval data folder found: pass data_dir (SentEval's data/downstream folder)")
+    for cand in (root, root / "STSBenchmark", root / "STS" / "STSBenchmark"):
+        if (cand / "sts-dev.csv").is_file() or (cand / "sts-test.csv").is_file() or (cand / "sts-train.csv").is_file():
+            return cand
+    raise FileNotFoundError(f"no STS-B files (STS/STSBenchmark/sts-*.csv) under {str(root)!r}")
+
+
+def read_stsb(data_dir: str | os.PathLike | None = None, split: str = "dev") -> STSPairs:
+    """Read STS-B ``split`` in SentEval's layout: ``STSBenchmark/sts-{split}.csv``, tab-separated, gold score
+    in column 5 and the two sentences in columns 6-7 (1-based), as SentEval's ``STSBenchmarkEval`` reads it
+    (whitespace-tokenised text joined by single spaces).
+
+    Args:
+        data_dir: SentEval's ``data/downstream`` folder (or its ``STS`` or ``STSBenchmark`` subfolder);
+            default: :func:`simcse.evaluation.resolve_senteval_dir` when that subpackage exists, else
+            ``data/downstream`` next to the package.
+        split: ``"train"``, ``"dev"``, ``"test"`` or ``"all"`` (the three concatenated).
+
+    Raises:
+        ValueError: an unknown split, a line with fewer than 7 columns or a non-numeric score (file and line
+            named), or an empty split.
+        FileNotFoundError: the folder or the split's file is missing.
+    """
+    if split not in STSB_SPLITS + ("all",):
+        raise ValueError(f"split must be one of {list(STSB_SPLITS) + ['all']}, got {split!r}")
+    folder = _stsb_folder(data_dir)
+    s1: list[str] = []
+    s2: list[str] = []
+    gold: list[float] = []
+    for name in STSB_SPLITS if split == "all" else (split,):
+        path = folder / f"sts-{name}.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"STS-B {name} file {str(path)!r} is missing")
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                cols = line.rstrip("\n").split("\t")
+                if len(cols) < 7:
+                    raise ValueError(f"{path}:{lineno}: expected >= 7 tab-separated columns, got {len(cols)}")
+                try:
+                    score = float(cols[4])
+                except ValueError:
+                    raise ValueError(f"{path}:{lineno}: gold score {cols[4]!r} (column 5) is not a number") from None
+                s1.append(" ".join(cols[5].split()))
+                s2.append(" ".join(cols[6].split()))
+                gold.append(score)
+    if not gold:
+        raise ValueError(f"STS-B split {split!r} under {str(folder)!r} has no pairs")
+    return STSPairs(s1, s2, np.asarray(gold, dtype=np.float64))
+
+
+def _encode_checked(encode: Callable[[list[str]], np.ndarray], sentences: list[str]) -> np.ndarray:
+    emb = _to_numpy(encode(sentences), "encode(sentences)")
+    if emb.ndim != 2 or emb.shape[0] != len(sentences):
+        raise ValueError(f"encode must return a ({len(sentences)}, D) array for {len(sentences)} sentences, got shape {emb.shape}")
+    return emb
+
+
+def encode_pairs(encode: Callable[[list[str]], np.ndarray], pairs: STSPairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Encode each distinct sentence of ``pairs`` once.
+
+    Returns ``(unique (U, D), e1 (N, D), e2 (N, D))`` float64, where ``unique`` holds the U distinct
+    sentences in first-appearance order and e1/e2 are row-aligned with ``pairs``.
+    """
+    index: dict[str, int] = {}
+    for s in pairs.sent1 + pairs.sent2:
+        index.setdefault(s, len(index))
+    unique = _encode_checked(encode, list(index))
+    e1 = unique[[index[s] for s in pairs.sent1]]
+    e2 = unique[[index[s] for s in pairs.sent2]]
+    return unique, e1, e2
+
+
+def stsb_alignment_uniformity(
+    encode: Callable[[list[str]], np.ndarray],
+    data_dir: str | os.PathLike | None = None,
+    split: str = "dev",
+    threshold: float = 4.0,
+    alpha: float = 2.0,
+    t: float = 2.0,
+) -> dict[str, float]:
+    """Alignment and uniformity in SimCSE's setting (Section 3 footnote 3 and Section 5): "STS-B pairs with
+    a score higher than 4 as p_pos and all STS-B sentences as p_data".
+
+    Positives are the pairs of ``split`` with gold > ``threshold`` (strictly); uniformity runs over every
+    distinct sentence of ``split`` (each sentence once, so repeated sentences do not add zero distances).
+    The paper does not name the split; ``"dev"`` is the default here (1,500 pairs), ``"all"`` uses
+    train+dev+test.
+
+    Args:
+        encode: maps a list of N str to an (N, D) array or tensor (e.g. ``SimCSEModel.encode``).
+        data_dir, split: see :func:`read_stsb`.
+        threshold: gold-score cut for positives (paper: 4, on STS-B's 0-5 scale).
+        alpha, t: see :func:`alignment` and :func:`uniformity`.
+
+    Returns:
+        ``{"align": float, "uniform": float, "n_pos": int, "n_sentences": int}``.
+
+    Raises:
+        ValueError: no pair above ``threshold``, or ``encode`` returns a wrong shape; errors of
+            :func:`read_stsb`.
+    """
+    pairs = read_stsb(data_dir, split)
+    pos = np.flatnonzero(pairs.gold > threshold)
+    if pos.size == 0:
+        raise ValueError(f"STS-B {split} has no pair with gold score > {threshold:g}: no positives for alignment")
+    unique, e1, e2 = encode_pairs(encode, pairs)
+    return {
+        "align": alignment(e1[pos], e2[pos], alpha=alpha),
+        "uniform": uniformity(unique, t=t),
+        "n_pos": int(pos.size),
+        "n_sentences": int(unique.shape[0]),
+    }
+
+
+# ----------------------------------------------------------------------------------------- whitening
+
+
+class Whitening:
+    """BERT-whitening (Su et al. 2021, Section 3 there): ``x -> (x - mu) W[:, :k]``.
+
+    Fitted on a corpus of embeddings X (N, D): ``mu`` is the mean row, ``Sigma = (X - mu)^T (X - mu) / N``
+    the (population, 1/N) covariance, ``Sigma = U S U^T`` its SVD, and ``W = U sqrt(S^-1)``; keeping the
+    first k columns (largest variances) reduces the dimension. The whitened corpus then has zero mean and
+    identity covariance (Su et al. use the 1/(N-1) covariance: a uniform scale factor, which changes no
+    cosine similarity).
+
+    Attributes:
+        mu: float64 (D,).
+        W: float64 (D, k).
+        singular_values: float64 (D,), the eigenvalues of Sigma, largest first (for inspection).
+
+    Use :meth:`fit` to create one, :meth:`transform` to apply it, :meth:`save` / :meth:`load` for .npz files.
+    """
+
+    def __init__(self, mu, W, singular_values=None):
+        mu = _to_numpy(mu, "mu")
+        W = _to_numpy(W, "W")
+        if mu.ndim != 1 or W.ndim != 2 or W.shape[0] != mu.shape[0] or W.shape[1] < 1:
+            raise ValueError(f"Whitening needs mu (D,) and W (D, k) with k >= 1; got {mu.shape} and {W.shape}")
+        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(W))):
+            raise ValueError("Whitening mu or W has NaN/inf entries")
+        self.mu = mu
+        self.W = W
+        self.singular_values = None if singular_values is None else _to_numpy(singular_values, "singular_values")
+
+    @property
+    def input_dim(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.W.shape[1]
+
+    def __repr__(self) -> str:
+        return f"Whitening(input_dim={self.input_dim}, dim={self.dim})"
+
+    @classmethod
+    def fit(cls, x, dim: int | None = None, rtol: float = 1e-10) -> "Whitening":
+        """Fit on corpus embeddings ``x`` (N, D); keep ``dim`` (k) output dimensions (default D).
+
+        Raises:
+            ValueError: bad ``x``; ``dim`` not in [1, D]; or the covariance has fewer than k directions
+                with variance > ``rtol`` * the largest (e.g. N <= k: the message says how many), since
+                sqrt(1/S) is then undefined.
+        """
+        a = _as_matrix(x, "x", min_rows=2)
+        n, d = a.shape
+        k = d if dim is None else dim
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= d:
+            raise ValueError(f"dim must be an integer in [1, {d}] (the embedding size), got {dim!r}")
+        mu = a.mean(axis=0)  # (D,)
+        centred = a - mu
+        cov = centred.T @ centred / n  # (D, D)
+        u, s, _ = np.linalg.svd(cov)  # symmetric PSD: u holds the eigenvectors, s the eigenvalues, descending
+        rank = int(np.sum(s > rtol * s[0])) if s[0] > 0 else 0
+        if rank < k:
+            raise ValueError(
+                f"the corpus covariance has only {rank} non-degenerate directions (N={n} sentences, D={d}); "
+                f"cannot whiten to dim={k}: use dim <= {rank} or a larger corpus"
+            )
+        W = u[:, :k] / np.sqrt(s[:k])  # (D, k): column j scaled by 1/sqrt(s_j)
+        return cls(mu, W, s)
+
+    def transform(self, x) -> np.ndarray:
+        """Whiten ``x`` (M, D) -> float32 (M, k). A 1-D (D,) input gives (k,).
+
+        Raises:
+            ValueError: ``x``'s last dimension is not D, or it has NaN/inf.
+        """
+        arr = _to_numpy(x, "x")
+        single = arr.ndim == 1
+        arr = _as_matrix(arr[None, :] if single else arr, "x", min_rows=0)
+        if arr.shape[1] != self.input_dim:
+            raise ValueError(f"x has {arr.shape[1]} dimensions; this Whitening was fitted on {self.input_dim}")
+        out = ((arr - self.mu) @ self.W).astype(np.float32)
+        return out[0] if single else out
+
+    __call__ = transform
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``mu``, ``W`` and ``singular_values`` to an .npz file (suffix added by numpy if absent);
+        returns the path written."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {"mu": self.mu, "W": self.W}
+        if self.singular_values is not None:
+            arrays["singular_values"] = self.singular_values
+        np.savez(path, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Whitening":
+        """Read a file written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: the file lacks ``mu`` or ``W`` or their shapes do not match.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"whitening file {str(path)!r} does not exist")
+        with np.load(path, allow_pickle=False) as data:
+            missing = {"mu", "W"} - set(data.files)
+            if missing:
+                raise ValueError(f"{path} is not a Whitening file: missing {sorted(missing)}")
+            sv = data["singular_values"] if "singular_values" in data.files else None
+            return cls(data["mu"], data["W"], sv)
+
+
+def read_sentences(path: str | os.PathLike, max_sentences: int | None = None) -> list[str]:
+    """Non-blank lines of a UTF-8 text file (one sentence per line), stripped, at most ``max_sentences``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file has no non-blank line, or ``max_sentences`` < 1.
+    """
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"sentence file {str(p)!r} does not exist")
+    out: list[str] = []
+    with open(p, encoding="utf-8") as f:
+        for line in f:
+            s = line.strip()
+            if s:
+                out.append(s)
+                if max_sentences is not None and len(out) >= max_sentences:
+                    break
+    if not out:
+        raise ValueError(f"sentence file {str(p)!r} has no non-blank line")
+    return out
+
+
+def fit_whitening_on_file(
+    encode: Callable[[list[str]], np.ndarray], path: str | os.PathLike, dim: int | None = None,
+    max_sentences: int | None = None,
+) -> Whitening:
+    """Encode the sentences of a text file (one per line) and fit :class:`Whitening` on them.
+
+    Raises: see :func:`read_sentences` and :meth:`Whitening.fit`.
+    """
+    sentences = read_sentences(path, max_sentences)
+    return Whitening.fit(_encode_checked(encode, sentences), dim=dim)

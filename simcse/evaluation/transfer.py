@@ -1,0 +1,168 @@
+"""Transfer tasks: logistic regression on frozen sentence embeddings, with SentEval's protocol.
+
+SentEval's scikit-learn path, reproduced (facts, not code, from SentEval's ``tools/validation.py``):
+
+* MR, CR, SUBJ, MPQA (``inner_kfold``): stratified k-fold over the task (``k`` = 10 in test mode, 5 in
+  fasttest/dev); inside each training fold a second stratified k-fold picks the inverse L2 strength ``C``
+  from 2^-2 .. 2^3 by mean inner accuracy; a classifier refitted on the whole training fold with that ``C``
+  is scored on the held-out fold. ``devacc`` = mean best inner accuracy, ``acc`` = mean held-out accuracy.
+* TREC and MRPC (``kfold_then_test``): k-fold cross-validation on the train file picks ``C`` from
+  2^-1 .. 2^5; a classifier refitted on all of train with it is scored on the test file. MRPC's features
+  are ``[|u - v|, u * v]`` of the two sentence embeddings and it also reports F1 (positive class 1).
+* SST2 (``split_select``): ``C`` from 2^-2 .. 2^3 picked on the dev split, accuracy on test.
+
+Fold assignment uses ``StratifiedKFold(shuffle=True, random_state=seed)`` over the examples in SentEval's
+order (see :func:`simcse.evaluation.data.senteval_order`), accuracies are percentages rounded to 2
+decimals before the choice of ``C`` (first best wins), all as SentEval does. Differences, for speed:
+the ``C`` values of one split are fitted as a warm-started path (L-BFGS; each fit converges to the same
+unique optimum as a cold fit, up to the solver tolerance), and folds run in parallel processes.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+INNER_REGS: tuple[float, ...] = tuple(2.0**t for t in range(-2, 4))  # 0.25 .. 8
+KFOLD_REGS: tuple[float, ...] = tuple(2.0**t for t in range(-1, 6))  # 0.5 .. 32
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """Settings of the transfer classifiers.
+
+    Attributes:
+        kfold: number of folds (outer and inner).
+        seed: fold shuffling and classifier seed (SentEval's default 1111).
+        max_iter, tol: L-BFGS stopping rule for each fit.
+        n_jobs: parallel processes over folds (None: one per CPU core, at most ``kfold``).
+    """
+
+    kfold: int = 10
+    seed: int = 1111
+    max_iter: int = 1000
+    tol: float = 1e-4
+    n_jobs: int | None = None
+
+    def jobs(self) -> int:
+        if self.n_jobs is not None:
+            return max(1, int(self.n_jobs))
+        return max(1, min(self.kfold, os.cpu_count() or 1))
+
+
+def _classifier(C: float, cfg: ClassifierConfig):
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(C=C, random_state=cfg.seed, max_iter=cfg.max_iter, tol=cfg.tol, warm_start=True)
+
+
+def _fit(clf, X, y):
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return clf.fit(X, y)
+
+
+def accuracy_path(X_train, y_train, evals, regs, cfg: ClassifierConfig) -> np.ndarray:
+    """Fit one classifier per ``C`` in ``regs`` (ascending, warm-started) and score it on each eval set.
+
+    Returns:
+        accuracies (fractions) of shape (len(regs), len(evals)).
+    """
+    clf = _classifier(regs[0], cfg)
+    acc = np.zeros((len(regs), len(evals)))
+    for i, C in enumerate(regs):
+        clf.set_params(C=C)
+        _fit(clf, X_train, y_train)
+        for j, (X, y) in enumerate(evals):
+            acc[i, j] = clf.score(X, y)
+    return acc
+
+
+def _pick(scores: list[float]) -> int:
+    """Index of the best rounded percentage (first on ties), as SentEval's ``np.argmax``."""
+    return int(np.argmax(scores))
+
+
+def _pct(x: float) -> float:
+    return round(100 * float(x), 2)
+
+
+def _parallel(fn, jobs_args, cfg: ClassifierConfig):
+    if cfg.jobs() == 1 or len(jobs_args) == 1:
+        return [fn(*a) for a in jobs_args]
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=min(cfg.jobs(), len(jobs_args)))(delayed(fn)(*a) for a in jobs_args)
+
+
+def _folds(y, cfg: ClassifierConfig):
+    from sklearn.model_selection import StratifiedKFold
+
+    return StratifiedKFold(n_splits=cfg.kfold, shuffle=True, random_state=cfg.seed)
+
+
+def _cv_scores(X, y, regs, cfg: ClassifierConfig) -> list[float]:
+    """Mean k-fold accuracy (rounded %) per ``C``; folds are not parallelised here."""
+    per_fold = [accuracy_path(X[tr], y[tr], [(X[te], y[te])], regs, cfg)[:, 0] for tr, te in _folds(y, cfg).split(X, y)]
+    return [_pct(v) for v in np.mean(per_fold, axis=0)]
+
+
+def _outer_fold(X, y, tr, te, regs, cfg: ClassifierConfig) -> tuple[float, float, float]:
+    scores = _cv_scores(X[tr], y[tr], regs, cfg)
+    best = _pick(scores)
+    clf = _fit(_classifier(regs[best], cfg), X[tr], y[tr])
+    return scores[best], _pct(clf.score(X[te], y[te])), regs[best]
+
+
+def inner_kfold(X: np.ndarray, y: np.ndarray, cfg: ClassifierConfig, regs=INNER_REGS) -> dict:
+    """Nested cross-validation (MR, CR, SUBJ, MPQA): ``{"devacc", "acc", "ndev", "ntest"}``."""
+    splits = list(_folds(y, cfg).split(X, y))
+    out = _parallel(_outer_fold, [(X, y, tr, te, regs, cfg) for tr, te in splits], cfg)
+    dev = [o[0] for o in out]
+    test = [o[1] for o in out]
+    return {"devacc": round(float(np.mean(dev)), 2), "acc": round(float(np.mean(test)), 2), "ndev": len(y), "ntest": len(y)}
+
+
+def _fold_path(X, y, tr, te, regs, cfg):
+    return accuracy_path(X[tr], y[tr], [(X[te], y[te])], regs, cfg)[:, 0]
+
+
+def kfold_then_test(X_train, y_train, X_test, y_test, cfg: ClassifierConfig, regs=KFOLD_REGS) -> tuple[dict, np.ndarray]:
+    """Cross-validate ``C`` on train, refit on train, score test (TREC, MRPC).
+
+    Returns:
+        (``{"devacc", "acc", "ndev", "ntest"}``, test predictions).
+    """
+    splits = list(_folds(y_train, cfg).split(X_train, y_train))
+    per_fold = _parallel(_fold_path, [(X_train, y_train, tr, te, regs, cfg) for tr, te in splits], cfg)
+    scores = [_pct(v) for v in np.mean(per_fold, axis=0)]
+    best = _pick(scores)
+    clf = _fit(_classifier(regs[best], cfg), X_train, y_train)
+    yhat = clf.predict(X_test)
+    res = {"devacc": scores[best], "acc": _pct(np.mean(yhat == y_test)), "ndev": len(y_train), "ntest": len(y_test)}
+    return res, yhat
+
+
+def split_select(X_train, y_train, X_dev, y_dev, X_test, y_test, cfg: ClassifierConfig, regs=INNER_REGS) -> dict:
+    """Pick ``C`` on dev, report test accuracy (SST2): ``{"devacc", "acc", "ndev", "ntest"}``."""
+    acc = accuracy_path(X_train, y_train, [(X_dev, y_dev), (X_test, y_test)], regs, cfg)
+    scores = [_pct(a) for a in acc[:, 0]]
+    best = _pick(scores)
+    return {"devacc": scores[best], "acc": _pct(acc[best, 1]), "ndev": len(y_dev), "ntest": len(y_test)}
+
+
+def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """MRPC's classifier input, as SentEval builds it: ``[|u - v|, u * v]``."""
+    return np.concatenate([np.abs(u - v), u * v], axis=1)
+
+
+def check_finite(X: np.ndarray, task: str) -> np.ndarray:
+    bad = ~np.isfinite(X).all(axis=1)
+    if bad.any():
+        raise ValueError(f"{int(bad.sum())} embedding(s) for {task} contain NaN or inf (row {int(np.argmax(bad))})")
+    return X
