@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pooler per model (or one for all); default: the one saved with each model")
     p.add_argument("--labels", nargs="+", default=None, help="legend label per model (or per --log file)")
     p.add_argument("--log", nargs="+", default=[], help="align_uniform.jsonl file(s) for --figure training_curve")
-    p.add_argument("--sts_avg", nargs="+", type=float, default=None, help="STS score per model (Figure 3 colours)")
+    p.add_argument("--sts_avg", nargs="+", type=float, default=None,
+                   help="align_uniform: STS score per model for the colours (default: each folder's simcse_results.json)")
+    p.add_argument("--color_by_stsb", action="store_true",
+                   help="align_uniform: colour by the STS-B Spearman x100 of --split, from the same embeddings")
     p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder (STS-B lives under STS/STSBenchmark)")
     p.add_argument("--split", default="dev", choices=("train", "dev", "test", "all"), help="STS-B split")
     p.add_argument("--center", action="store_true", help="spectrum: centre the embedding matrix first")
@@ -109,15 +112,25 @@ def main(argv: list[str] | None = None) -> dict:
             plots.plot_training_curve(runs, args.out, title=args.title)
             numbers["runs"] = {k: v[-1] for k, v in runs.items()}
         elif args.figure == "align_uniform":
+            from simcse.evaluation.sts import correlations
+
+            if args.sts_avg is not None and args.color_by_stsb:
+                parser.error("give --sts_avg or --color_by_stsb, not both")
             sts = _per_model(args.sts_avg, len(args.models), "sts_avg", parser)
+            pairs = analysis.read_stsb(args.data_dir, args.split)
             rows = []
             for (label, encode), model_dir, s in zip(_encoders(args, parser), args.models, sts):
-                m = analysis.stsb_alignment_uniformity(encode, args.data_dir, split=args.split)
-                rows.append({"model": label, **m, "sts": s if s is not None else _saved_sts(model_dir)})
+                unique, e1, e2 = analysis.encode_pairs(encode, pairs)
+                spearman = 100.0 * correlations(analysis.pair_cosine(e1, e2), pairs.scores)["spearman"][0]
+                au = analysis.pairs_alignment_uniformity(pairs.scores, unique, e1, e2)
+                rows.append({"model": label, **au, f"stsb_{args.split}_spearman": spearman,
+                             "sts": spearman if args.color_by_stsb else (s if s is not None else _saved_sts(model_dir))})
             have_sts = all(r["sts"] is not None for r in rows)
+            sts_label = f"STS-B {args.split} Spearman x100" if args.color_by_stsb else "STS"
             plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
                                      [r["uniform"] for r in rows], args.out,
-                                     sts=[r["sts"] for r in rows] if have_sts else None, title=args.title)
+                                     sts=[r["sts"] for r in rows] if have_sts else None, title=args.title,
+                                     sts_label=sts_label)
             numbers["models"] = rows
         else:
             pairs = analysis.read_stsb(args.data_dir, args.split)
@@ -129,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
                     results[label] = s
                     rows.append({"model": label, "n_sentences": int(unique.shape[0]), "first_10": [round(float(v), 4) for v in s[:10]]})
                 else:
-                    groups = analysis.cosine_by_gold_bins(e1, e2, pairs.gold)
+                    groups = analysis.cosine_by_gold_bins(e1, e2, pairs.scores)
                     results[label] = groups
                     rows.append({"model": label, "bins": [
                         {"gold": g.label, "n": int(g.cosines.size),

@@ -12,6 +12,7 @@ on the CPU. Nothing heavy is imported at module import time.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from pathlib import Path
@@ -212,16 +213,19 @@ class GoldBin(NamedTuple):
 
 
 def pair_cosine(e1, e2) -> np.ndarray:
-    """Cosine similarity of each row pair: e1, e2 (N, D) -> float64 (N,).
+    """Cosine similarity of each row pair, e1, e2 (N, D) -> float64 (N,), computed by the evaluator's
+    :func:`simcse.evaluation.sts.cosine_similarity` (one cosine for the whole package).
 
     Raises:
         ValueError: shapes differ, a zero row, NaN/inf.
     """
-    a = l2_normalize(e1, "e1")
-    b = l2_normalize(e2, "e2")
+    from .evaluation.sts import cosine_similarity
+
+    a = _as_matrix(e1, "e1")
+    b = _as_matrix(e2, "e2")
     if a.shape != b.shape:
         raise ValueError(f"e1 and e2 must have the same (N, D) shape, got {a.shape} and {b.shape}")
-    return np.sum(a * b, axis=1)
+    return cosine_similarity(a, b)
 
 
 def cosine_by_gold_bins(e1, e2, gold, bins: Sequence[float] = (0, 1, 2, 3, 4, 5)) -> list[GoldBin]:
@@ -270,84 +274,39 @@ def cosine_by_gold_bins(e1, e2, gold, bins: Sequence[float] = (0, 1, 2, 3, 4, 5)
 STSB_SPLITS = ("train", "dev", "test")
 
 
-class STSPairs(NamedTuple):
-    """Scored sentence pairs: ``sent1``/``sent2`` lists of N str, ``gold`` float64 (N,)."""
-
-    sent1: list[str]
-    sent2: list[str]
-    gold: np.ndarray
-
-
-def _default_senteval_dir() -> Path | None:
-    try:  # the evaluation subpackage owns the data-folder lookup when it is installed
-        from .evaluation import resolve_senteval_dir  # type: ignore[attr-defined]
-    except ImportError:
-        resolve_senteval_dir = None
-    if resolve_senteval_dir is not None:
-        return Path(resolve_senteval_dir())
-    here = Path(__file__).resolve().parent.parent
-    for cand in (here / "data" / "downstream", here / "SentEval" / "data" / "downstream",
-                 here.parent / "shared" / "data" / "senteval" / "downstream"):
-        if cand.is_dir():
-            return cand
-    return None
-
-
-def _stsb_folder(data_dir: str | os.PathLike | None) -> Path:
-    """The folder holding ``sts-{train,dev,test}.csv``; ``data_dir`` may be SentEval's ``downstream``
-    folder, its ``STS`` folder or the ``STSBenchmark`` folder itself."""
-    root = Path(data_dir) if data_dir is not None else _default_senteval_dir()
-    if root is None:
-        raise FileNotFoundError("no SentEval data folder found: pass data_dir (SentEval's data/downstream folder)")
-    for cand in (root, root / "STSBenchmark", root / "STS" / "STSBenchmark"):
-        if (cand / "sts-dev.csv").is_file() or (cand / "sts-test.csv").is_file() or (cand / "sts-train.csv").is_file():
-            return cand
-    raise FileNotFoundError(f"no STS-B files (STS/STSBenchmark/sts-*.csv) under {str(root)!r}")
-
-
-def read_stsb(data_dir: str | os.PathLike | None = None, split: str = "dev") -> STSPairs:
-    """Read STS-B ``split`` in SentEval's layout: ``STSBenchmark/sts-{split}.csv``, tab-separated, gold score
-    in column 5 and the two sentences in columns 6-7 (1-based), as SentEval's ``STSBenchmarkEval`` reads it
-    (whitespace-tokenised text joined by single spaces).
+def read_stsb(data_dir: str | os.PathLike | None = None, split: str = "dev"):
+    """STS-B ``split`` read with :mod:`simcse.evaluation.data` (SentEval layout
+    ``<data_dir>/STS/STSBenchmark/sts-{split}.csv``; sentences normalised as SentEval's batchers see them).
 
     Args:
-        data_dir: SentEval's ``data/downstream`` folder (or its ``STS`` or ``STSBenchmark`` subfolder);
-            default: :func:`simcse.evaluation.resolve_senteval_dir` when that subpackage exists, else
-            ``data/downstream`` next to the package.
-        split: ``"train"``, ``"dev"``, ``"test"`` or ``"all"`` (the three concatenated).
+        data_dir: SentEval's ``data/downstream`` folder; default as
+            :func:`simcse.evaluation.data.resolve_senteval_dir` (``$SIMCSE_SENTEVAL_DIR``, then
+            ``$SIMCSE_DATA_MIRROR/senteval/downstream``, then ``data/downstream``).
+        split: ``"train"``, ``"dev"``, ``"test"`` or ``"all"`` (the three concatenated in that order).
+
+    Returns:
+        :class:`simcse.evaluation.data.ScoredPairs`: ``sent1``, ``sent2`` (tuples of N str), ``scores``
+        float64 (N,) on STS-B's 0-5 scale.
 
     Raises:
-        ValueError: an unknown split, a line with fewer than 7 columns or a non-numeric score (file and line
-            named), or an empty split.
+        ValueError: an unknown split, or a malformed line (file and line named by the reader).
         FileNotFoundError: the folder or the split's file is missing.
     """
+    from .evaluation.data import ScoredPairs, read_split_pairs, resolve_senteval_dir
+
     if split not in STSB_SPLITS + ("all",):
         raise ValueError(f"split must be one of {list(STSB_SPLITS) + ['all']}, got {split!r}")
-    folder = _stsb_folder(data_dir)
-    s1: list[str] = []
-    s2: list[str] = []
-    gold: list[float] = []
+    folder = resolve_senteval_dir(data_dir)
+    parts = []
     for name in STSB_SPLITS if split == "all" else (split,):
-        path = folder / f"sts-{name}.csv"
+        path = folder / "STS" / "STSBenchmark" / f"sts-{name}.csv"
         if not path.is_file():
-            raise FileNotFoundError(f"STS-B {name} file {str(path)!r} is missing")
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                cols = line.rstrip("\n").split("\t")
-                if len(cols) < 7:
-                    raise ValueError(f"{path}:{lineno}: expected >= 7 tab-separated columns, got {len(cols)}")
-                try:
-                    score = float(cols[4])
-                except ValueError:
-                    raise ValueError(f"{path}:{lineno}: gold score {cols[4]!r} (column 5) is not a number") from None
-                s1.append(" ".join(cols[5].split()))
-                s2.append(" ".join(cols[6].split()))
-                gold.append(score)
-    if not gold:
-        raise ValueError(f"STS-B split {split!r} under {str(folder)!r} has no pairs")
-    return STSPairs(s1, s2, np.asarray(gold, dtype=np.float64))
+            raise FileNotFoundError(f"STS-B {name} file {str(path)!r} is missing (SentEval layout under {str(folder)!r})")
+        parts.append(read_split_pairs(folder, "STSBenchmark", name))
+    if len(parts) == 1:
+        return parts[0]
+    return ScoredPairs(sum((p.sent1 for p in parts), ()), sum((p.sent2 for p in parts), ()),
+                       np.concatenate([p.scores for p in parts]))
 
 
 def _encode_checked(encode: Callable[[list[str]], np.ndarray], sentences: list[str]) -> np.ndarray:
@@ -357,14 +316,14 @@ def _encode_checked(encode: Callable[[list[str]], np.ndarray], sentences: list[s
     return emb
 
 
-def encode_pairs(encode: Callable[[list[str]], np.ndarray], pairs: STSPairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Encode each distinct sentence of ``pairs`` once.
+def encode_pairs(encode: Callable[[list[str]], np.ndarray], pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Encode each distinct sentence of ``pairs`` (``sent1``, ``sent2``: N str each) once.
 
     Returns ``(unique (U, D), e1 (N, D), e2 (N, D))`` float64, where ``unique`` holds the U distinct
     sentences in first-appearance order and e1/e2 are row-aligned with ``pairs``.
     """
     index: dict[str, int] = {}
-    for s in pairs.sent1 + pairs.sent2:
+    for s in itertools.chain(pairs.sent1, pairs.sent2):
         index.setdefault(s, len(index))
     unique = _encode_checked(encode, list(index))
     e1 = unique[[index[s] for s in pairs.sent1]]
@@ -402,15 +361,37 @@ def stsb_alignment_uniformity(
             :func:`read_stsb`.
     """
     pairs = read_stsb(data_dir, split)
-    pos = np.flatnonzero(pairs.gold > threshold)
-    if pos.size == 0:
+    if not np.any(pairs.scores > threshold):  # fail before encoding anything
         raise ValueError(f"STS-B {split} has no pair with gold score > {threshold:g}: no positives for alignment")
     unique, e1, e2 = encode_pairs(encode, pairs)
+    return pairs_alignment_uniformity(pairs.scores, unique, e1, e2, threshold=threshold, alpha=alpha, t=t)
+
+
+def pairs_alignment_uniformity(gold, unique, e1, e2, threshold: float = 4.0, alpha: float = 2.0,
+                               t: float = 2.0) -> dict[str, float]:
+    """The STS-B setting of :func:`stsb_alignment_uniformity` on embeddings already computed.
+
+    Args:
+        gold: (N,) gold scores of the pairs.
+        unique: (U, D) embeddings of the distinct sentences (uniformity).
+        e1, e2: (N, D) embeddings of the pairs' first and second sentences; pairs with gold > ``threshold``
+            are the positives (alignment).
+
+    Returns / Raises: as :func:`stsb_alignment_uniformity`.
+    """
+    g = _to_numpy(gold, "gold")
+    if g.ndim != 1 or g.shape[0] != _to_numpy(e1, "e1").shape[0]:
+        raise ValueError(f"gold must be 1-D with one score per row of e1, got shape {g.shape}")
+    pos = np.flatnonzero(g > threshold)
+    if pos.size == 0:
+        raise ValueError(f"no pair with gold score > {threshold:g}: no positives for alignment")
+    a1, a2 = _as_matrix(e1, "e1"), _as_matrix(e2, "e2")
+    u = _as_matrix(unique, "unique", min_rows=2)
     return {
-        "align": alignment(e1[pos], e2[pos], alpha=alpha),
-        "uniform": uniformity(unique, t=t),
+        "align": alignment(a1[pos], a2[pos], alpha=alpha),
+        "uniform": uniformity(u, t=t),
         "n_pos": int(pos.size),
-        "n_sentences": int(unique.shape[0]),
+        "n_sentences": int(u.shape[0]),
     }
 
 

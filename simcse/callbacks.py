@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from transformers import TrainerCallback
 
-from .analysis import alignment, encode_pairs, read_stsb, uniformity
+from .analysis import encode_pairs, pairs_alignment_uniformity, read_stsb
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class AlignUniformCallback(TrainerCallback):
         self.log_file = Path(log_file) if log_file is not None else None
         self.at_start = at_start
         self.trainer = trainer
-        self._data = None  # (pairs, positive indices), read at the first measurement
+        self._data = None  # the STS-B pairs, read at the first measurement
         self._last_step = None
 
     @classmethod
@@ -85,10 +85,9 @@ class AlignUniformCallback(TrainerCallback):
     def _load(self):
         if self._data is None:
             pairs = read_stsb(self.data_dir, self.split)
-            pos = np.flatnonzero(pairs.gold > self.threshold)
-            if pos.size == 0:
+            if not np.any(pairs.scores > self.threshold):
                 raise ValueError(f"STS-B {self.split} has no pair with gold > {self.threshold:g}")
-            self._data = (pairs, pos)
+            self._data = pairs
         return self._data
 
     def measure(self, model) -> dict[str, float]:
@@ -99,7 +98,7 @@ class AlignUniformCallback(TrainerCallback):
         model = getattr(model, "module", model)  # unwrap DataParallel/DDP
         if not hasattr(model, "encode"):
             raise ValueError(f"AlignUniformCallback needs a model with .encode(list[str]); got {type(model).__name__}")
-        pairs, pos = self._load()
+        pairs = self._load()
         was_training = model.training
         model.eval()
         try:
@@ -108,12 +107,7 @@ class AlignUniformCallback(TrainerCallback):
             )
         finally:
             model.train(was_training)
-        return {
-            "align": alignment(e1[pos], e2[pos]),
-            "uniform": uniformity(unique),
-            "n_pos": int(pos.size),
-            "n_sentences": int(unique.shape[0]),
-        }
+        return pairs_alignment_uniformity(pairs.scores, unique, e1, e2, threshold=self.threshold)
 
     def _record(self, args, state, model) -> None:
         if not state.is_world_process_zero or model is None or self._last_step == state.global_step:

@@ -109,17 +109,53 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
     return ds.map(_tok, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
 
 
+def mask_tokens(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    special_ids: list[int],
+    mlm_probability: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style masking for the auxiliary MLM loss (paper Appendix D, BERT's 80/10/10 rule).
+
+    Returns a *new* (masked_ids, labels) pair of int64 tensors shaped like ``input_ids`` (any shape);
+    ``input_ids`` itself is never modified (the reference once masked the contrastive ids in place).
+    Of the non-special, non-padding tokens, ``mlm_probability`` are selected; of those 80% become
+    ``mask_token_id``, 10% a random token, 10% stay. ``labels`` is -100 where nothing was selected.
+    """
+    labels = input_ids.clone()
+    masked = input_ids.clone()
+    candidates = attention_mask.bool() & ~torch.isin(input_ids, torch.as_tensor(special_ids, dtype=input_ids.dtype))
+    prob = torch.full(input_ids.shape, mlm_probability)
+    selected = torch.bernoulli(prob, generator=generator).bool() & candidates
+    labels[~selected] = -100
+    replace = torch.bernoulli(torch.full(input_ids.shape, 0.8), generator=generator).bool() & selected
+    masked[replace] = mask_token_id
+    randomize = torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=generator).bool() & selected & ~replace
+    masked[randomize] = torch.randint(vocab_size, input_ids.shape, generator=generator)[randomize]
+    return masked, labels
+
+
 @dataclass
 class ContrastiveCollator:
     """Pad a list of examples into (B, V, L) tensors; single-view examples are repeated to 2 views.
 
     ``pad_to_max_length`` pads to ``max_seq_length`` (reference option) instead of the batch's longest
     sequence. Keys: ``input_ids``, ``attention_mask`` and ``token_type_ids`` when present (int64).
+    With ``mlm_probability`` set (and the tokenizer facts below), it also returns ``mlm_input_ids`` and
+    ``mlm_labels`` (B, V, L): a masked *copy* of ``input_ids`` for the auxiliary MLM loss (:func:`mask_tokens`).
     """
 
     pad_token_id: int
     max_seq_length: int = 32
     pad_to_max_length: bool = False
+    mlm_probability: float | None = None
+    mask_token_id: int | None = None
+    vocab_size: int | None = None
+    special_ids: tuple[int, ...] = ()
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if not features:
@@ -137,4 +173,9 @@ class ContrastiveCollator:
                 for v, ids in enumerate(f[key]):
                     t[i, v, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
             batch[key] = t.repeat_interleave(repeat, dim=1) if repeat > 1 else t  # (B, V', L)
+        if self.mlm_probability:
+            batch["mlm_input_ids"], batch["mlm_labels"] = mask_tokens(
+                batch["input_ids"], batch["attention_mask"], mask_token_id=self.mask_token_id,
+                vocab_size=self.vocab_size, special_ids=list(self.special_ids), mlm_probability=self.mlm_probability,
+            )
         return batch

@@ -102,6 +102,42 @@ class SimCSEModel(nn.Module):
             nn.init.zeros_(self.mlp.dense.bias)
             self.mlp.to(dtype=next(encoder.parameters()).dtype)
 
+    def attach_mlm_head(self, path: str, trust_remote_code: bool = False) -> None:
+        """Load the masked-LM head of checkpoint ``path`` for the auxiliary MLM loss (Appendix D).
+
+        The head comes from ``AutoModelForMaskedLM``; its output embedding stays tied to this encoder's input
+        embeddings when the architecture ties them.
+
+        Raises:
+            ValueError: the checkpoint has no (or an incomplete) MLM head; the message lists missing weights.
+        """
+        from transformers import AutoModelForMaskedLM
+
+        mlm, info = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=trust_remote_code, output_loading_info=True)
+        base = mlm.base_model
+        heads = [m for _, m in mlm.named_children() if m is not base]
+        prefix = mlm.base_model_prefix + "."
+        missing = [k for k in info.get("missing_keys", []) if not k.startswith(prefix) and "pooler" not in k]
+        if len(heads) != 1 or missing:
+            raise ValueError(
+                f"--do_mlm needs a masked-LM head, but checkpoint {path!r} has none "
+                f"(missing: {sorted(missing)[:4]}); use a checkpoint trained with MLM such as bert-base-uncased or roberta-base"
+            )
+        head = heads[0]
+        # Re-tie the head's decoder to *this* encoder's word embeddings (the head was loaded with its own copy).
+        out_emb = mlm.get_output_embeddings()
+        in_emb = self.encoder.get_input_embeddings()
+        if out_emb is not None and out_emb.weight is mlm.get_input_embeddings().weight:
+            out_emb.weight = in_emb.weight
+        self.mlm_head = head.to(self.device)
+
+    def mlm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
+        """(N, L) ids -> (N, L, vocab) MLM logits from the attached head (see :meth:`attach_mlm_head`)."""
+        if getattr(self, "mlm_head", None) is None:
+            raise ValueError("no MLM head attached; call attach_mlm_head(path) (train with --do_mlm)")
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **encoder_kwargs).last_hidden_state
+        return self.mlm_head(hidden)
+
     @property
     def pooler_type(self) -> str:
         return self.pooler.name

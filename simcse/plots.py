@@ -64,6 +64,7 @@ def plot_align_uniform(
     out: str | os.PathLike,
     sts: Sequence[float] | None = None,
     title: str | None = None,
+    sts_label: str = "STS",
 ) -> Path:
     """Scatter of models in the (uniformity, alignment) plane (SimCSE Section 5, Figure 3).
 
@@ -76,6 +77,7 @@ def plot_align_uniform(
         out: .png path (parent folders are created).
         sts: optional M floats (e.g. average Spearman x 100).
         title: optional figure title.
+        sts_label: the colour bar's label (say which STS number colours the points).
 
     Raises:
         ValueError: no model, mismatched lengths, NaN/inf, or a non-.png ``out``.
@@ -93,7 +95,7 @@ def plot_align_uniform(
         ax.scatter(u, a, s=60, color="tab:blue", edgecolor="black", zorder=3)
     else:
         pts = ax.scatter(u, a, c=s, cmap="viridis", s=70, edgecolor="black", zorder=3)
-        fig.colorbar(pts, ax=ax, label="STS")
+        fig.colorbar(pts, ax=ax, label=sts_label)
     for i, name in enumerate(names):
         label = name if s is None else f"{name} ({s[i]:.1f})"
         ax.annotate(label, (u[i], a[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)

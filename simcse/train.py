@@ -56,16 +56,24 @@ def build(model_args, data_args, training_args):
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
     if model_args.do_mlm:
-        raise SetupError("--do_mlm is not supported yet")
+        try:
+            model.attach_mlm_head(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+        except (ValueError, OSError) as e:
+            raise SetupError(str(e)) from e
     if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
         raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
     with training_args.main_process_first(desc="tokenizing"):
         ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
+    tok = model.tokenizer
     collator = ContrastiveCollator(
-        pad_token_id=model.tokenizer.pad_token_id or 0,
+        pad_token_id=tok.pad_token_id or 0,
         max_seq_length=data_args.max_seq_length,
         pad_to_max_length=data_args.pad_to_max_length,
+        mlm_probability=model_args.mlm_probability if model_args.do_mlm else None,
+        mask_token_id=tok.mask_token_id,
+        vocab_size=len(tok),
+        special_ids=tuple(tok.all_special_ids),
     )
     return SimCSETrainer(
         model=model,

@@ -74,6 +74,17 @@ class SimCSETrainer(Trainer):
             z3 = all_gather_with_grad(z3) if z3 is not None else None
             labels = torch.arange(batch, device=z.device) + rank * batch
         loss = info_nce(z1, z2, z3, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
+        if "mlm_input_ids" in inputs and self.mlm_weight > 0:
+            mlm_kwargs = {"token_type_ids": flat["token_type_ids"]} if "token_type_ids" in flat else {}
+            logits = self.accelerator.unwrap_model(model).mlm_logits(
+                inputs["mlm_input_ids"].reshape(batch * views, -1), flat["attention_mask"], **mlm_kwargs
+            )  # (B*V, L, vocab)
+            mlm_labels = inputs["mlm_labels"].reshape(-1)
+            if (mlm_labels != -100).any():
+                mlm_loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), mlm_labels, ignore_index=-100)
+            else:  # nothing masked in this batch (tiny batches): contribute 0, keep every parameter in the graph
+                mlm_loss = logits.sum() * 0.0
+            loss = loss + self.mlm_weight * mlm_loss
         return (loss, {"embeddings": z}) if return_outputs else loss
 
     # ------------------------------------------------------------------------------------- evaluation

