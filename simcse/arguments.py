@@ -28,6 +28,13 @@ class ModelArguments:
     mlm_weight: float = field(default=0.1, metadata={"help": "lambda, weight of the MLM loss."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM (80/10/10)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code from the model folder."})
+    gradient_cache_chunk_size: int | None = field(
+        default=None,
+        metadata={"help": "Gradient caching (GradCache, Gao et al. 2021): run the encoder on chunks of this many "
+                          "examples while the loss still spans the whole per-device batch (two passes, dropout "
+                          "replayed). Activation memory is one chunk's, for one extra forward pass. "
+                          "0 or unset: off."},
+    )
 
     def __post_init__(self):
         get_pooler(self.pooler_type)
@@ -39,6 +46,10 @@ class ModelArguments:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.gradient_cache_chunk_size is not None:
+            if not isinstance(self.gradient_cache_chunk_size, int) or self.gradient_cache_chunk_size < 0:
+                raise ValueError(f"--gradient_cache_chunk_size must be an integer >= 1 (0 = off), got {self.gradient_cache_chunk_size}")
+            self.gradient_cache_chunk_size = self.gradient_cache_chunk_size or None
 
 
 @dataclass

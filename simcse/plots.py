@@ -96,9 +96,13 @@ def plot_align_uniform(
     else:
         pts = ax.scatter(u, a, c=s, cmap="viridis", s=70, edgecolor="black", zorder=3)
         fig.colorbar(pts, ax=ax, label=sts_label)
+    ax.margins(x=0.12, y=0.12)
+    mid = (u.min() + u.max()) / 2.0
     for i, name in enumerate(names):
         label = name if s is None else f"{name} ({s[i]:.1f})"
-        ax.annotate(label, (u[i], a[i]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        right_half = len(names) > 1 and u[i] > mid  # label towards the centre so it stays inside the axes
+        ax.annotate(label, (u[i], a[i]), textcoords="offset points", xytext=(-6 if right_half else 6, 6),
+                    ha="right" if right_half else "left", fontsize=8, annotation_clip=False)
     ax.set_xlabel(r"$\ell_{uniform}$")
     ax.set_ylabel(r"$\ell_{align}$")
     ax.grid(alpha=0.3)
@@ -222,9 +226,9 @@ def plot_cosine_bins(
 ) -> Path:
     """Cosine-similarity densities of sentence pairs per gold-score group (SimCSE Appendix G, Figure G.1).
 
-    One panel per model; y = gold-score group (higher = more similar), x = cosine similarity; each group's
-    density is a Gaussian kernel estimate (Scott's bandwidth) scaled to the same height, drawn as a ridge.
-    A group with fewer than 2 pairs is drawn as ticks.
+    One panel per model, all on one x range; y = gold-score group (higher = more similar), x = cosine
+    similarity. Each group's density is a Gaussian kernel estimate (Scott's bandwidth) scaled to the same
+    height and drawn as a ridge; a group with fewer than 2 distinct values is drawn as ticks.
 
     Args:
         models: ``{label: groups}`` with groups from :func:`simcse.analysis.cosine_by_gold_bins`
@@ -240,20 +244,22 @@ def plot_cosine_bins(
         raise ValueError("models is empty: nothing to plot")
     if n_points < 10:
         raise ValueError(f"n_points must be >= 10, got {n_points}")
-    ncols = min(3, len(models))
-    nrows = math.ceil(len(models) / ncols)
-    fig = _figure(4.0 * ncols, 3.2 * nrows)
-    for m, (label, groups) in enumerate(models.items()):
+    checked = {}
+    for label, groups in models.items():
         groups = list(groups)
         if not groups:
             raise ValueError(f"models[{label!r}] has no gold-score group")
+        checked[label] = (groups, [_finite_list(g.cosines, f"models[{label!r}] cosines") for g in groups])
+    nonempty = [v for _, values in checked.values() for v in values if v.size]
+    lo = min([v.min() for v in nonempty], default=-1.0)
+    hi = max([v.max() for v in nonempty], default=1.0)
+    pad = 0.05 * max(hi - lo, 1e-3)
+    grid = np.linspace(lo - pad, hi + pad, n_points)  # one x range for all panels, so they compare
+    ncols = min(3, len(models))
+    nrows = math.ceil(len(models) / ncols)
+    fig = _figure(4.0 * ncols, 3.2 * nrows)
+    for m, (label, (groups, values)) in enumerate(checked.items()):
         ax = fig.add_subplot(nrows, ncols, m + 1)
-        values = [_finite_list(g.cosines, f"models[{label!r}] cosines") for g in groups]
-        nonempty = [v for v in values if v.size]
-        lo = min([v.min() for v in nonempty], default=-1.0)
-        hi = max([v.max() for v in nonempty], default=1.0)
-        pad = 0.05 * max(hi - lo, 1e-3)
-        grid = np.linspace(lo - pad, hi + pad, n_points)
         for k, (g, v) in enumerate(zip(groups, values)):
             color = f"C{k % 10}"
             if v.size >= 2 and np.ptp(v) > 0:
@@ -266,7 +272,10 @@ def plot_cosine_bins(
         ax.set_yticks(range(len(groups)))
         ax.set_yticklabels([f"{g.low:g}-{g.high:g} (n={len(v)})" for g, v in zip(groups, values)], fontsize=8)
         ax.set_ylim(-0.1, len(groups))
+        ax.set_xlim(grid[0], grid[-1])
         ax.set_xlabel("cosine similarity")
+        if m % ncols == 0:
+            ax.set_ylabel("gold score")
         ax.set_title(str(label), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     if title:

@@ -85,6 +85,7 @@ def build(model_args, data_args, training_args):
         hard_negative_weight=model_args.hard_negative_weight,
         mlm_weight=model_args.mlm_weight,
         senteval_dir=data_args.senteval_dir,
+        gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
     )
 
 
@@ -118,7 +119,12 @@ def main(argv: list[str] | None = None) -> dict:
     if data_args.eval_before_training:
         results["before"] = trainer.evaluate()
         _print_metrics("before training (dev)", results["before"])
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    m = out.metrics
+    sentences = m.get("train_samples_per_second", 0.0)
+    print(f"[simcse] trained {out.global_step} steps in {m.get('train_runtime', 0.0):.0f} s "
+          f"({sentences:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
+    results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     trainer.save_model(training_args.output_dir)
     if data_args.eval_before_training or training_args.eval_strategy != "no":
         results["after"] = trainer.evaluate()

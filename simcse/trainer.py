@@ -1,7 +1,9 @@
 """SimCSETrainer: HF Trainer with the contrastive loss and STS evaluation, overriding hooks only.
 
-Overridden: ``compute_loss`` (one encoder pass over all views, InfoNCE), ``evaluate`` (STS-B / SICK-R dev
-Spearman instead of a prediction loop), and the three model-persistence hooks ``_save``,
+Overridden: ``compute_loss`` (one encoder pass over all views, InfoNCE), ``training_step`` (only when gradient
+caching is on: the two-pass GradCache computation of :mod:`simcse.gradcache`; otherwise HF's own step),
+``evaluate`` (STS-B / SICK-R dev Spearman instead of a prediction loop), and the three model-persistence hooks
+``_save``,
 ``_load_from_checkpoint`` and ``_load_best_model`` (the model is a composed ``nn.Module`` with its own
 safetensors format, as sentence-transformers' trainer does for its models). The training loop itself is
 HF's, untouched.
@@ -12,10 +14,14 @@ import os
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from transformers import Trainer
 
 from .distributed import all_gather_with_grad, world_info
+from .gradcache import cuda_devices_of, grad_cache_step, split_chunks
 from .losses import info_nce
+
+_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @dataclass
@@ -38,33 +44,86 @@ class SimCSETrainer(Trainer):
         senteval_dir: SentEval ``downstream`` folder for dev evaluation (default: see
             :func:`simcse.evaluation.resolve_senteval_dir`).
         eval_max_length: token truncation when encoding evaluation sentences.
+        gradient_cache_chunk_size: None or 0: off. Otherwise the number of *examples* (each with its V views)
+            the encoder runs on at once; the loss is still over the whole per-device batch (GradCache, see
+            :meth:`training_step` and :mod:`simcse.gradcache`).
 
     Batches are (B, V, L) from :class:`simcse.data.ContrastiveCollator`; V = 2 (two dropout views of the same
     sentence, or a positive pair) or 3 (with a hard negative). All B*V rows go through the encoder in one pass.
-    Under torch.distributed the keys (views 2 and 3) are gathered from all ranks with gradients, so each
-    query sees world_size * B - 1 in-batch negatives; each rank averages the loss over its own queries and
-    DDP's gradient averaging makes the result equal to one process holding the whole global batch.
+
+    **Multiple processes (DDP) and loss scaling.** Under torch.distributed the keys (views 2 and 3) are gathered
+    from all W ranks with gradients (:func:`simcse.distributed.all_gather_with_grad`), so each query sees
+    W*B - 1 in-batch negatives (plus the W*B hard negatives). Rank r's loss ``L_r`` is the mean over its *own* B
+    queries (against all W*B keys); the gather's backward all-reduces (SUM) the key gradients, so rank r's
+    embeddings receive ``d(sum_r' L_r')/dz_r``; DDP then *averages* the parameter gradients over ranks. The
+    result is ``(1/W) d(sum_r L_r)/dtheta = d L/dtheta`` with ``L = (1/W) sum_r L_r`` the mean of the per-query
+    loss over the global batch of W*B queries -- exactly the gradient of one process holding the whole global
+    batch (tested in ``tests/test_distributed.py``). The logged loss (HF averages ``L_r`` over ranks) is that
+    same global mean. No extra factor W is needed, so the learning rate of a 1-GPU run with the same global
+    batch carries over. The MLM term is a per-rank mean, averaged by DDP: the mean over ranks of per-rank MLM
+    means (equal to the global token mean when ranks mask equally many tokens).
+
+    Gradient accumulation: the loss is divided by the number of micro-batches (``loss_is_scaled_for_ga =
+    False``: ``compute_loss`` ignores ``num_items_in_batch``), as HF does; negatives are never shared across
+    micro-batches (each micro-batch is its own contrastive batch), unlike gradient caching.
     """
 
+    # compute_loss returns a plain mean that ignores num_items_in_batch: HF must divide it by the number of
+    # gradient-accumulation micro-batches (HF would skip that for a model whose forward takes **kwargs when a
+    # batch carried "labels").
+    loss_is_scaled_for_ga = False
+
     def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
-                 senteval_dir: str | None = None, eval_max_length: int = 128, **kwargs):
+                 senteval_dir: str | None = None, eval_max_length: int = 128,
+                 gradient_cache_chunk_size: int | None = None, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         super().__init__(*args, **kwargs)
         if not temp > 0:
             raise ValueError(f"temp must be > 0, got {temp}")
+        if gradient_cache_chunk_size is not None and (not isinstance(gradient_cache_chunk_size, int) or gradient_cache_chunk_size < 0):
+            raise ValueError(f"gradient_cache_chunk_size must be None or an integer >= 0 (0 = off), got {gradient_cache_chunk_size!r}")
         self.temp = temp
         self.hard_negative_weight = hard_negative_weight
         self.mlm_weight = mlm_weight
         self.senteval_dir = senteval_dir
         self.eval_max_length = eval_max_length
+        self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
+        if self.gradient_cache_chunk_size:
+            self._check_grad_cache_setup()
+
+    def _check_grad_cache_setup(self) -> None:
+        """Reject settings that gradient caching cannot honour (several backward calls per step)."""
+        from transformers.training_args import OptimizerNames
+
+        if self.is_deepspeed_enabled:
+            raise ValueError("gradient_cache_chunk_size is not supported with DeepSpeed (it runs one backward per chunk)")
+        if self.args.optim in (OptimizerNames.LOMO, OptimizerNames.ADALOMO):
+            raise ValueError("gradient_cache_chunk_size is not supported with LOMO optimizers (they update inside backward)")
+        if getattr(self.accelerator, "parallelism_config", None) is not None and getattr(self.accelerator.parallelism_config, "cp_enabled", False):
+            raise ValueError("gradient_cache_chunk_size is not supported with context parallelism")
 
     # ------------------------------------------------------------------------------------------- loss
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        ids = inputs["input_ids"]
-        batch, views, length = ids.shape  # (B, V, L)
-        flat = {k: inputs[k].reshape(batch * views, -1) for k in ("input_ids", "attention_mask", "token_type_ids") if k in inputs}
-        z = model(**flat).view(batch, views, -1)  # (B, V, H)
+    @staticmethod
+    def _flat_inputs(inputs) -> dict[str, torch.Tensor]:
+        """(B, V, L) encoder inputs -> (B*V, L), keys of :data:`_INPUT_KEYS` present in ``inputs``."""
+        batch, views = inputs["input_ids"].shape[:2]
+        return {k: inputs[k].reshape(batch * views, -1) for k in _INPUT_KEYS if k in inputs}
+
+    def _embed(self, model, inputs) -> torch.Tensor:
+        """Encode all views of a (B, V, L) batch in one forward call -> (B, V, H) embeddings."""
+        batch, views = inputs["input_ids"].shape[:2]
+        return model(**self._flat_inputs(inputs)).view(batch, views, -1)
+
+    def contrastive_loss(self, z: torch.Tensor) -> torch.Tensor:
+        """InfoNCE of this rank's (B, V, H) embeddings (V = 2 or 3) -> float32 scalar.
+
+        Queries are view 0; keys are view 1 (positives) and view 2 (hard negatives, when V = 3). Under
+        torch.distributed the keys of all ranks are gathered with gradients and this rank's positives are at
+        ``rank * B + arange(B)``; the loss is the mean over this rank's B queries (see the class docstring for
+        why this gives the gradient of the global mean).
+        """
+        batch, views = z.shape[:2]
         z1, z2 = z[:, 0], z[:, 1]  # queries, positives: (B, H)
         z3 = z[:, 2] if views > 2 else None  # hard negatives: (B, H)
         rank, world = world_info()
@@ -73,19 +132,94 @@ class SimCSETrainer(Trainer):
             z2 = all_gather_with_grad(z2)  # (W*B, H)
             z3 = all_gather_with_grad(z3) if z3 is not None else None
             labels = torch.arange(batch, device=z.device) + rank * batch
-        loss = info_nce(z1, z2, z3, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
+        return info_nce(z1, z2, z3, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
+
+    def _mlm_loss(self, model, inputs, n_masked: int | None = None) -> torch.Tensor:
+        """Auxiliary MLM cross-entropy (float32 scalar) of a (b, V, L) batch with ``mlm_input_ids``/``mlm_labels``.
+
+        ``n_masked=None``: mean over the masked tokens of ``inputs``. Otherwise the *sum* over them divided by
+        ``n_masked`` (the masked-token count of the whole batch), so per-chunk values add up to the batch mean.
+        A batch with nothing masked contributes 0 while keeping the head in the graph.
+        """
+        flat = self._flat_inputs(inputs)
+        rows = flat["input_ids"].shape[0]
+        mlm_kwargs = {"token_type_ids": flat["token_type_ids"]} if "token_type_ids" in flat else {}
+        logits = self.accelerator.unwrap_model(model).mlm_logits(
+            inputs["mlm_input_ids"].reshape(rows, -1), flat["attention_mask"], **mlm_kwargs
+        )  # (rows, L, vocab)
+        mlm_labels = inputs["mlm_labels"].reshape(-1)
+        count = int((mlm_labels != -100).sum()) if n_masked is None else n_masked
+        if count == 0 or not (mlm_labels != -100).any():
+            return logits.sum() * 0.0
+        ce = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), mlm_labels,
+                                               ignore_index=-100, reduction="sum")
+        return ce / count
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        z = self._embed(model, inputs)  # (B, V, H)
+        loss = self.contrastive_loss(z)
         if "mlm_input_ids" in inputs and self.mlm_weight > 0:
-            mlm_kwargs = {"token_type_ids": flat["token_type_ids"]} if "token_type_ids" in flat else {}
-            logits = self.accelerator.unwrap_model(model).mlm_logits(
-                inputs["mlm_input_ids"].reshape(batch * views, -1), flat["attention_mask"], **mlm_kwargs
-            )  # (B*V, L, vocab)
-            mlm_labels = inputs["mlm_labels"].reshape(-1)
-            if (mlm_labels != -100).any():
-                mlm_loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), mlm_labels, ignore_index=-100)
-            else:  # nothing masked in this batch (tiny batches): contribute 0, keep every parameter in the graph
-                mlm_loss = logits.sum() * 0.0
-            loss = loss + self.mlm_weight * mlm_loss
+            loss = loss + self.mlm_weight * self._mlm_loss(model, inputs)
         return (loss, {"embeddings": z}) if return_outputs else loss
+
+    # ------------------------------------------------------------------------------ gradient caching
+    def training_step(self, model: nn.Module, inputs: dict[str, torch.Tensor], num_items_in_batch=None) -> torch.Tensor:
+        """HF's training step, or the GradCache step when ``gradient_cache_chunk_size`` is set.
+
+        With caching (Gao et al. 2021, arXiv 2101.06983; :func:`simcse.gradcache.grad_cache_step`) the (B, V, L)
+        batch is split into chunks of ``gradient_cache_chunk_size`` examples. Pass 1 encodes every chunk without
+        a graph (saving each chunk's RNG state); :meth:`contrastive_loss` -- including the cross-rank gather --
+        runs once on all B*V embeddings and gives their gradient; pass 2 re-encodes each chunk with the same
+        dropout masks and backpropagates that cached gradient through ``self.accelerator.backward`` (fp16 loss
+        scaling, DDP), divided by the number of gradient-accumulation micro-batches as HF does. Under DDP every
+        chunk's backward but the last runs under ``no_sync`` (nested inside the Trainer's own ``no_sync`` for
+        non-final accumulation micro-batches, which it then does not override), so gradients are all-reduced
+        once per micro-batch. With ``do_mlm`` the MLM loss (which decomposes over tokens) is added to each
+        chunk's pass-2 graph, normalised by the batch's masked-token count. The parameter gradients equal
+        those of :meth:`compute_loss` on the whole batch (tests/test_gradcache.py). Returns the detached loss
+        divided by the accumulation steps, like HF's ``training_step``.
+        """
+        chunk_size = self.gradient_cache_chunk_size
+        if not chunk_size:
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
+        inputs = self._prepare_inputs(inputs)
+        keys = [k for k in (*_INPUT_KEYS, "mlm_input_ids", "mlm_labels") if k in inputs]
+        chunks = split_chunks({k: inputs[k] for k in keys}, chunk_size)
+        ga_steps = 1 if self.loss_is_scaled_for_ga else self.current_gradient_accumulation_steps
+        do_mlm = "mlm_input_ids" in inputs and self.mlm_weight > 0
+        n_masked = int((inputs["mlm_labels"] != -100).sum()) if do_mlm else 0
+
+        def encode(chunk):
+            with self.compute_loss_context_manager():
+                return self._embed(model, chunk)  # (b, V, H)
+
+        mlm_parts: list[torch.Tensor] = []
+
+        def mlm_term(i, chunk):
+            if not do_mlm:
+                return None
+            with self.compute_loss_context_manager():
+                term = self.mlm_weight * self._mlm_loss(model, chunk, n_masked=n_masked)
+            mlm_parts.append(term.detach())
+            return term
+
+        devices = list(model.device_ids) if isinstance(model, nn.DataParallel) and model.device_ids else cuda_devices_of(chunks)
+        loss = grad_cache_step(
+            chunks,
+            encode,
+            self.contrastive_loss,
+            lambda surrogate: self.accelerator.backward(surrogate / ga_steps),
+            no_sync=lambda: self.accelerator.no_sync(model),
+            extra_loss=mlm_term,
+            devices=devices,
+        )
+        if mlm_parts:  # report the same total as compute_loss
+            loss = loss + torch.stack(mlm_parts).sum()
+        del inputs
+        return loss / ga_steps
 
     # ------------------------------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
