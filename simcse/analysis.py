@@ -5,7 +5,8 @@
 * :func:`singular_spectrum`: the singular values of an embedding matrix, scaled as Appendix F (Figure F.1).
 * :func:`cosine_by_gold_bins`: cosine similarities of sentence pairs grouped by gold score (Appendix G).
 * :class:`Whitening`: the post-processing baseline of Su et al. (2021), "Whitening sentence representations
-  for better semantics and faster retrieval", compared against in the paper's Tables 5 and 6.
+  for better semantics and faster retrieval", a baseline of the paper's STS table (Table 5) and of
+  Appendices F-G.
 
 Every function takes numpy arrays or torch tensors (any float dtype, any device) and computes in float64
 on the CPU. Nothing heavy is imported at module import time.
@@ -13,12 +14,15 @@ on the CPU. Nothing heavy is imported at module import time.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------- input checks
 
@@ -164,9 +168,9 @@ def singular_spectrum(x, center: bool = False, l2_normalize_rows: bool = False, 
 
     The paper states only the scaling: "We normalize the singular values so that the largest one is 1"
     (``normalize="max"``, the default). It does not say whether the matrix is centred or its rows
-    normalised; the defaults here use the raw matrix of sentence embeddings (``center=False``,
-    ``l2_normalize_rows=False``), the matrix of Section 5's analysis. Centring removes the common mean
-    direction, which alone makes the first singular value of an anisotropic encoder dominate.
+    normalised; the defaults use the embeddings as the encoder outputs them (``center=False``,
+    ``l2_normalize_rows=False``). Both are options: an anisotropic encoder's common mean direction
+    alone makes the first singular value of the uncentred matrix dominate, and centring removes it.
 
     Args:
         x: (N, D) embeddings (numpy or torch).
@@ -439,28 +443,41 @@ class Whitening:
 
     @classmethod
     def fit(cls, x, dim: int | None = None, rtol: float = 1e-10) -> "Whitening":
-        """Fit on corpus embeddings ``x`` (N, D); keep ``dim`` (k) output dimensions (default D).
+        """Fit on corpus embeddings ``x`` (N, D); keep ``dim`` (k) output dimensions.
+
+        Directions whose variance is at most ``rtol`` times the largest are degenerate: sqrt(1/S) would
+        blow float rounding noise up to unit variance. Encoders whose last op is a LayerNorm produce a few
+        (all-MiniLM-L6-v2: 3 of 384, variance ratio < 1e-16 against > 1e-4 for the others), and a corpus
+        of N <= D sentences has at most N-1 non-degenerate directions. ``dim=None`` keeps every
+        non-degenerate direction (D when there is none, with a warning otherwise).
 
         Raises:
-            ValueError: bad ``x``; ``dim`` not in [1, D]; or the covariance has fewer than k directions
-                with variance > ``rtol`` * the largest (e.g. N <= k: the message says how many), since
-                sqrt(1/S) is then undefined.
+            ValueError: bad ``x``; ``dim`` not in [1, D]; ``dim`` larger than the number of non-degenerate
+                directions (the message gives that number); an all-constant corpus.
         """
         a = _as_matrix(x, "x", min_rows=2)
         n, d = a.shape
-        k = d if dim is None else dim
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= d:
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= d):
             raise ValueError(f"dim must be an integer in [1, {d}] (the embedding size), got {dim!r}")
         mu = a.mean(axis=0)  # (D,)
         centred = a - mu
         cov = centred.T @ centred / n  # (D, D)
         u, s, _ = np.linalg.svd(cov)  # symmetric PSD: u holds the eigenvectors, s the eigenvalues, descending
         rank = int(np.sum(s > rtol * s[0])) if s[0] > 0 else 0
-        if rank < k:
+        if rank == 0:
+            raise ValueError(f"the corpus embeddings are all identical (N={n}): nothing to whiten")
+        if dim is None:
+            k = rank
+            if rank < d:
+                logger.warning("whitening keeps %d of %d dimensions: the other %d have (near-)zero variance "
+                               "in the corpus (N=%d sentences)", rank, d, d - rank, n)
+        elif dim > rank:
             raise ValueError(
                 f"the corpus covariance has only {rank} non-degenerate directions (N={n} sentences, D={d}); "
-                f"cannot whiten to dim={k}: use dim <= {rank} or a larger corpus"
+                f"cannot whiten to dim={dim}: use dim <= {rank} or a larger corpus"
             )
+        else:
+            k = dim
         W = u[:, :k] / np.sqrt(s[:k])  # (D, k): column j scaled by 1/sqrt(s_j)
         return cls(mu, W, s)
 

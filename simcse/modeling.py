@@ -186,41 +186,98 @@ class SimCSEModel(nn.Module):
     ) -> np.ndarray:
         """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
 
-        Batches are formed over length-sorted sentences to cut padding; ``max_length`` truncates (tokens).
-        ``dtype`` (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed.
+        All sentences are tokenised up front (one fast-tokenizer call per 8,192 sentences, ids kept in one
+        flat int64 array), then batches of ``batch_size`` are cut from the list sorted by *token* length, so
+        a batch carries almost no padding. ``max_length`` truncates (tokens, special tokens included); when
+        any sentence is cut, one ``UserWarning`` gives how many. ``dtype`` (e.g. ``torch.bfloat16``) runs
+        the encoder under autocast for speed.
 
         Raises:
             TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
-            ValueError: the model has no tokenizer.
+            ValueError: the model has no tokenizer, or ``batch_size``/``max_length`` is not a positive int.
         """
         if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
             raise TypeError(f"sentences must be a list of str, got {type(sentences).__name__}")
         for i, s in enumerate(sentences):
             if not isinstance(s, str):
                 raise TypeError(f"sentences[{i}] must be str, got {type(s).__name__}")
+        for name, v in (("batch_size", batch_size), ("max_length", max_length)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
         if self.tokenizer is None:
             raise ValueError("this SimCSEModel has no tokenizer; pass one to the constructor or load with from_pretrained")
-        if len(sentences) == 0:
+        n = len(sentences)
+        if n == 0:
             return np.zeros((0, self.hidden_size), dtype=np.float32)
         if device is not None:
             self.to(device)
         dev = self.device
-        was_training = self.training
-        self.eval()
-        order = np.argsort([-len(s) for s in sentences], kind="stable")
-        out = np.empty((len(sentences), self.hidden_size), dtype=np.float32)
-        starts = range(0, len(sentences), batch_size)
+        tok = self.tokenizer
+
+        import itertools
+
+        # 1. Tokenise everything once, unpadded; keep each key's ids flat (offsets[i]:offsets[i+1] is row i).
+        keys = [k for k in getattr(tok, "model_input_names", ["input_ids", "attention_mask"]) if k != "attention_mask"]
+        flat: dict[str, list[np.ndarray]] = {}
+        lengths = np.empty(n, dtype=np.int64)
+        chunk = 8192
+        for start in range(0, n, chunk):
+            enc = tok(list(sentences[start : start + chunk]), truncation=True, max_length=max_length, padding=False,
+                      return_attention_mask=False)
+            ids = enc["input_ids"]
+            lengths[start : start + len(ids)] = [len(x) for x in ids]
+            for k in keys:
+                if k in enc:
+                    rows = enc[k]
+                    flat.setdefault(k, []).append(np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64))
+        flat_arr = {k: np.concatenate(v) for k, v in flat.items()}
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+
+        # A row at exactly max_length may have been cut: re-tokenise those few with one more token to tell.
+        full = np.flatnonzero(lengths >= max_length)
+        if len(full):
+            longer = tok([sentences[i] for i in full], truncation=True, max_length=max_length + 1,
+                         return_attention_mask=False)["input_ids"]
+            n_cut = sum(len(x) > max_length for x in longer)
+            if n_cut:
+                import warnings
+
+                warnings.warn(f"{n_cut} of {n} sentences are longer than max_length={max_length} tokens and were "
+                              "truncated", UserWarning, stacklevel=3)
+
+        pad_values = {"input_ids": tok.pad_token_id if tok.pad_token_id is not None else 0,
+                      "token_type_ids": getattr(tok, "pad_token_type_id", 0) or 0}
+        left = getattr(tok, "padding_side", "right") == "left"
+
+        # 2. Batches over the token-length order (longest first, so an out-of-memory shows up at once).
+        order = np.argsort(-lengths, kind="stable")
+        out = np.empty((n, self.hidden_size), dtype=np.float32)
+        starts = range(0, n, batch_size)
         if show_progress:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="encoding", unit="batch")
+        was_training = self.training
+        self.eval()
         try:
             for start in starts:
                 idx = order[start : start + batch_size]
-                batch = self.tokenizer(
-                    [sentences[i] for i in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-                )
-                batch = {k: v.to(dev) for k, v in batch.items()}
+                lens = lengths[idx]  # (B,)
+                width = int(lens.max())
+                cols = np.arange(width)
+                if left:
+                    mask = cols[None, :] >= (width - lens)[:, None]  # (B, W) bool
+                    pos = offsets[idx][:, None] + cols[None, :] - (width - lens)[:, None]
+                else:
+                    mask = cols[None, :] < lens[:, None]
+                    pos = offsets[idx][:, None] + cols[None, :]
+                batch = {}
+                for k, arr in flat_arr.items():
+                    vals = np.full(mask.shape, pad_values.get(k, 0), dtype=np.int64)
+                    vals[mask] = arr[pos[mask]]
+                    batch[k] = torch.from_numpy(vals).to(dev)
+                batch["attention_mask"] = torch.from_numpy(mask.astype(np.int64)).to(dev)
                 with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
                     emb = self(**batch)
                 emb = emb.float()

@@ -63,6 +63,9 @@ class SimCSETrainer(Trainer):
     batch carries over. The MLM term is a per-rank mean, averaged by DDP: the mean over ranks of per-rank MLM
     means (equal to the global token mean when ranks mask equally many tokens).
 
+    DDP's ``find_unused_parameters`` defaults to False here (see :meth:`_default_ddp_find_unused`), which the
+    MLM loss under DDP needs.
+
     Gradient accumulation: the loss is divided by the number of micro-batches (``loss_is_scaled_for_ga =
     False``: ``compute_loss`` ignores ``num_items_in_batch``), as HF does; negatives are never shared across
     micro-batches (each micro-batch is its own contrastive batch), unlike gradient caching.
@@ -78,6 +81,8 @@ class SimCSETrainer(Trainer):
                  gradient_cache_chunk_size: int | None = None, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
+        self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
+                                      kwargs.get("args", args[1] if len(args) > 1 else None), mlm_weight)
         super().__init__(*args, **kwargs)
         if not temp > 0:
             raise ValueError(f"temp must be > 0, got {temp}")
@@ -91,6 +96,22 @@ class SimCSETrainer(Trainer):
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
+
+    @staticmethod
+    def _default_ddp_find_unused(model, args, mlm_weight: float) -> None:
+        """Choose DDP's ``find_unused_parameters`` when the user left ``ddp_find_unused_parameters`` unset.
+
+        HF defaults it to True for a model that is not a ``PreTrainedModel``. That breaks the MLM loss under DDP:
+        the MLM head runs outside DDP's forward (``mlm_logits`` on the unwrapped model), so DDP's graph search
+        from the forward output marks the head "unused" and its gradient hook then fires once more ("marked a
+        variable ready twice"). Every parameter of a SimCSEModel gets a gradient at every step (the detached
+        HF pooler is not a submodule), so False is right -- except when an MLM head is attached but unused
+        (``mlm_weight == 0``), where True is kept.
+        """
+        if args is None or getattr(args, "ddp_find_unused_parameters", True) is not None:
+            return
+        has_head = getattr(model, "mlm_head", None) is not None
+        args.ddp_find_unused_parameters = bool(has_head and not mlm_weight > 0)
 
     def _check_grad_cache_setup(self) -> None:
         """Reject settings that gradient caching cannot honour (several backward calls per step)."""

@@ -291,6 +291,18 @@ def test_whitening_keeps_top_k_directions():
     np.testing.assert_allclose(np.abs(z), np.abs(full[:, :k]), rtol=1e-4, atol=1e-4)
 
 
+def test_whitening_drops_degenerate_directions(caplog):
+    x = _corpus(d=5)
+    x = np.hstack([x, x[:, :1] - 2 * x[:, 1:2]])  # column 6 is a linear function of columns 1-2: zero variance left
+    with caplog.at_level("WARNING", logger="simcse.analysis"):
+        w = A.Whitening.fit(x)
+    assert w.dim == 5 and "keeps 5 of 6 dimensions" in caplog.text
+    _, cov = _loop_cov(w.transform(x).astype(np.float64).tolist())
+    np.testing.assert_allclose(cov, np.eye(5), atol=1e-5)
+    with pytest.raises(ValueError, match="only 5 non-degenerate"):
+        A.Whitening.fit(x, dim=6)
+
+
 def test_whitening_save_load_round_trip(tmp_path):
     x = _corpus()
     w = A.Whitening.fit(x, dim=4)
@@ -312,8 +324,10 @@ def test_whitening_errors():
     rng = np.random.default_rng(7)
     small = rng.normal(size=(3, 6))  # 3 sentences: rank of the covariance is 2
     with pytest.raises(ValueError, match="only 2 non-degenerate directions"):
-        A.Whitening.fit(small)
+        A.Whitening.fit(small, dim=3)
     assert A.Whitening.fit(small, dim=2).dim == 2
+    with pytest.raises(ValueError, match="all identical"):
+        A.Whitening.fit(np.ones((4, 3)))
     with pytest.raises(ValueError, match="dim must be an integer in \\[1, 6\\]"):
         A.Whitening.fit(small, dim=7)
     w = A.Whitening.fit(_corpus(), dim=2)

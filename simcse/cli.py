@@ -1,0 +1,243 @@
+"""The ``simcse`` command.
+
+    simcse encode   --model M --input sentences.txt --output emb.npy [--pooler avg] [--bf16]
+    simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
+    simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
+    simcse export   --model M --output DIR --format sentence-transformers|huggingface
+    simcse train    ...   # the arguments of scripts/train.py (simcse.train.main)
+    simcse evaluate ...   # the arguments of scripts/evaluation.py
+
+Input files hold one sentence per line (UTF-8). ``encode`` writes a float32 ``.npy`` of shape (N, H), row i
+for line i; a blank line is an error unless ``--skip-blank`` (then rows follow the non-blank lines).
+Problems with the inputs end the command with ``error: ...`` on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    """A problem with the command's inputs, reported as ``error: ...`` with exit status 2."""
+
+
+def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--model", "--model_name_or_path", dest="model", required=required,
+                   help="model folder saved by simcse, a plain HF encoder folder, or a hub name")
+    p.add_argument("--pooler", default=None, help="pooler (default: the saved one; cls for a plain HF encoder)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-length", type=int, default=128, help="truncation in tokens")
+    p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
+                                "export, train, evaluate.")
+    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,train,evaluate}")
+
+    e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
+    _add_model_args(e)
+    e.add_argument("--input", required=True, help="text file, one sentence per line ('-' for stdin)")
+    e.add_argument("--output", required=True, help=".npy file to write (float32, N x H)")
+    e.add_argument("--no-normalize", action="store_true", help="keep raw embeddings (default: unit length)")
+    e.add_argument("--skip-blank", action="store_true", help="skip blank lines instead of failing on them")
+    e.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded per step")
+
+    i = sub.add_parser("index", help="build a search index of the lines of a text file")
+    _add_model_args(i)
+    i.add_argument("--input", required=True, help="text file, one sentence per line (blank lines skipped)")
+    i.add_argument("--output", required=True, help="folder to write the index into")
+    g = i.add_mutually_exclusive_group()
+    g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None, help="require faiss")
+    g.add_argument("--no-faiss", dest="use_faiss", action="store_false", help="numpy exact search")
+    i.add_argument("--fast", action="store_true", help="approximate faiss IVF index (inner product)")
+    i.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded and added per step")
+
+    s = sub.add_parser("search", help="query an index built by 'simcse index'")
+    _add_model_args(s, required=False)
+    s.add_argument("--index", required=True, help="index folder")
+    s.add_argument("--query", action="append", default=[], help="a query sentence (repeatable)")
+    s.add_argument("--query-file", default=None, help="text file of queries, one per line")
+    s.add_argument("--top-k", type=int, default=5)
+    s.add_argument("--threshold", type=float, default=0.6, help="minimum cosine (-1 keeps all top-k)")
+    s.add_argument("--json", action="store_true", help="print JSON lines {query, results: [[sentence, score]]}")
+
+    x = sub.add_parser("export", help="write the model as a sentence-transformers or plain HF folder")
+    x.add_argument("--model", "--model_name_or_path", dest="model", required=True)
+    x.add_argument("--pooler", default=None)
+    x.add_argument("--output", required=True)
+    x.add_argument("--format", choices=["sentence-transformers", "huggingface"], default="sentence-transformers")
+    x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
+
+    sub.add_parser("train", help="train (arguments of scripts/train.py; 'simcse train --help')", add_help=False)
+    sub.add_parser("evaluate", help="SentEval evaluation (arguments of scripts/evaluation.py)", add_help=False)
+    return p
+
+
+def _read_lines(path: str, skip_blank: bool) -> list[str]:
+    if path == "-":
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
+    else:
+        f = Path(path)
+        if not f.is_file():
+            raise CLIError(f"--input {path!r} is not a file")
+        with open(f, encoding="utf-8") as fh:
+            lines = [line.rstrip("\r\n") for line in fh]
+    if skip_blank:
+        return [s for s in lines if s.strip()]
+    for n, s in enumerate(lines, 1):
+        if not s.strip():
+            raise CLIError(f"{path}:{n} is blank (pass --skip-blank to drop blank lines)")
+    return lines
+
+
+def _tool(args, model: str):
+    from .tool import SimCSE
+
+    return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length)
+
+
+def _dtype(args):
+    import torch
+
+    return torch.bfloat16 if getattr(args, "bf16", False) else None
+
+
+def cmd_encode(args) -> int:
+    import numpy as np
+
+    sentences = _read_lines(args.input, args.skip_blank)
+    tool = _tool(args, args.model)
+    out = Path(args.output)
+    if out.suffix != ".npy":
+        raise CLIError(f"--output {args.output!r} must end in .npy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM
+    arr = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
+    for start in range(0, len(sentences), args.chunk_size):
+        chunk = sentences[start : start + args.chunk_size]
+        arr[start : start + len(chunk)] = tool.encode(chunk, batch_size=args.batch_size, return_numpy=True,
+                                                       normalize_to_unit=not args.no_normalize, dtype=_dtype(args))
+    arr.flush()
+    del arr
+    print(f"wrote {out} ({len(sentences)} x {tool.hidden_size} float32)", file=sys.stderr)
+    return 0
+
+
+def cmd_index(args) -> int:
+    if not Path(args.input).is_file():
+        raise CLIError(f"--input {args.input!r} is not a file")
+    tool = _tool(args, args.model)
+    tool.build_index(args.input, use_faiss=args.use_faiss, faiss_fast=args.fast, batch_size=args.batch_size,
+                     chunk_size=args.chunk_size)
+    tool.save_index(args.output)
+    print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_search(args) -> int:
+    from .tool import TOOL_META_NAME
+
+    queries = list(args.query)
+    if args.query_file:
+        queries += _read_lines(args.query_file, skip_blank=True)
+    if not queries:
+        raise CLIError("give at least one --query or a --query-file")
+    model = args.model
+    if model is None:
+        meta = Path(args.index) / TOOL_META_NAME
+        if not meta.is_file():
+            raise CLIError(f"no --model and {meta} is missing: pass --model")
+        model = json.loads(meta.read_text()).get("model_name_or_path")
+        if not model:
+            raise CLIError(f"{meta} does not name the model: pass --model")
+    tool = _tool(args, model)
+    tool.load_index(args.index)
+    results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,
+                          dtype=_dtype(args))
+    for q, res in zip(queries, results):
+        if args.json:
+            print(json.dumps({"query": q, "results": [[s, round(score, 6)] for s, score in res]}, ensure_ascii=False))
+        else:
+            print(q)
+            for s, score in res:
+                print(f"  {score:.4f}  {s}")
+            if not res:
+                print(f"  (nothing with cosine >= {args.threshold})")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import export_huggingface, export_sentence_transformers
+    from .modeling import SimCSEModel
+
+    model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler)
+    if args.format == "sentence-transformers":
+        out = export_sentence_transformers(model, args.output, max_seq_length=args.max_length)
+    else:
+        out = export_huggingface(model, args.output)
+    print(f"wrote {args.format} folder {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_train(argv: list[str]) -> int:
+    from .train import main as train_main
+
+    train_main(argv)
+    return 0
+
+
+def _find_evaluation_main():
+    """``simcse.evaluation.main`` when it exists, else ``main`` of the checkout's ``scripts/evaluation.py``."""
+    import simcse.evaluation as ev
+
+    if callable(getattr(ev, "main", None)):
+        return ev.main
+    script = Path(__file__).resolve().parent.parent / "scripts" / "evaluation.py"
+    if not script.is_file():
+        raise CLIError("'simcse evaluate' needs scripts/evaluation.py from a simcse checkout (not found at "
+                       f"{script})")
+    import runpy
+
+    return runpy.run_path(str(script), run_name="simcse_evaluation_script")["main"]
+
+
+def cmd_evaluate(argv: list[str]) -> int:
+    _find_evaluation_main()(argv)
+    return 0
+
+
+COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "export": cmd_export}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``simcse`` command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # train/evaluate own their argument parsing (and --help): hand everything after the name over
+        if argv and argv[0] == "train":
+            return cmd_train(argv[1:])
+        if argv and argv[0] == "evaluate":
+            return cmd_evaluate(argv[1:])
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        for name in ("batch_size", "max_length", "chunk_size", "top_k"):
+            v = getattr(args, name, None)
+            if v is not None and v < 1:
+                raise CLIError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+        return COMMANDS[args.command](args)
+    except (CLIError, FileNotFoundError, ValueError, TypeError, RuntimeError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

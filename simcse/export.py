@@ -1,0 +1,168 @@
+"""Export a :class:`SimCSEModel` to other libraries' folder layouts.
+
+* :func:`export_sentence_transformers`: a folder that ``sentence_transformers.SentenceTransformer(folder)``
+  loads and that encodes like our model (Transformer module in the folder root, ``1_Pooling``, and a
+  ``2_Dense`` Linear+Tanh module holding the ``cls`` MLP when the MLP is used at inference). The folder is
+  also a complete simcse folder, so ``SimCSE(folder)`` loads it too.
+* :func:`export_huggingface`: a plain HF folder (``AutoModel.from_pretrained``) whose pooler holds the
+  ``cls`` MLP, so ``outputs.pooler_output`` is the SimCSE ``cls`` embedding; what the reference project's
+  ``simcse_to_huggingface.py`` produced. It has no simcse files.
+
+sentence-transformers is not needed to export; the file formats written here are the ones its
+``models.Transformer`` / ``models.Pooling`` / ``models.Dense`` modules read (checked in the tests with the
+installed package).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .modeling import MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SimCSEModel
+
+# our pooler -> sentence-transformers pooling mode
+ST_POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
+
+
+def _as_model(model: SimCSEModel | str | os.PathLike) -> SimCSEModel:
+    if isinstance(model, SimCSEModel):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return SimCSEModel.from_pretrained(model)
+    raise TypeError(f"model must be a SimCSEModel or a model folder, got {type(model).__name__}")
+
+
+def _mlp_at_inference(model: SimCSEModel) -> bool:
+    return model.mlp is not None and not model.mlp_only_train
+
+
+def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike,
+                                 max_seq_length: int = 128) -> Path:
+    """Write ``model`` as a sentence-transformers model folder; return the folder.
+
+    Modules: ``0`` Transformer (folder root), ``1`` Pooling (``cls`` for ``cls``/``cls_before_pooler``,
+    ``mean`` for ``avg``), and for ``cls`` with the MLP used at inference (``mlp_only_train=False``) ``2``
+    Dense(H, H, Tanh) with the MLP's weights. No Normalize module: like :meth:`SimCSEModel.encode` without
+    ``normalize``, embeddings are not unit length (cosine similarity is unaffected).
+
+    Args:
+        model: a :class:`SimCSEModel` or a folder it loads from.
+        output_dir: created if needed; files of the same names are replaced.
+        max_seq_length: truncation (tokens) that sentence-transformers will use; capped at the model's limit.
+
+    Raises:
+        ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent.
+    """
+    from safetensors.torch import save_file
+
+    from .tool import model_max_tokens
+
+    model = _as_model(model)
+    if model.pooler_type not in ST_POOLING_MODES:
+        raise ValueError(
+            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module only reads "
+            f"the last layer); exportable poolers: {sorted(ST_POOLING_MODES)}"
+        )
+    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
+        raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
+    out = Path(output_dir)
+    model.save_pretrained(out)  # encoder + tokenizer in the root (the Transformer module) + simcse files
+    hidden = model.hidden_size
+    (out / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": min(max_seq_length, model_max_tokens(model)), "do_lower_case": False}, indent=2)
+        + "\n")
+    mode = ST_POOLING_MODES[model.pooler_type]
+    pooling_dir = out / "1_Pooling"
+    pooling_dir.mkdir(exist_ok=True)
+    pooling_cfg = {
+        "word_embedding_dimension": hidden,  # the name every sentence-transformers version reads
+        "pooling_mode": mode,
+        "pooling_mode_cls_token": mode == "cls",
+        "pooling_mode_mean_tokens": mode == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
+    (pooling_dir / "config.json").write_text(json.dumps(pooling_cfg, indent=2) + "\n")
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    dense_dir = out / "2_Dense"
+    if _mlp_at_inference(model):
+        dense_dir.mkdir(exist_ok=True)
+        dense_cfg = {"in_features": hidden, "out_features": hidden, "bias": True,
+                     "activation_function": "torch.nn.modules.activation.Tanh"}
+        (dense_dir / "config.json").write_text(json.dumps(dense_cfg, indent=2) + "\n")
+        weights = {"linear.weight": model.mlp.dense.weight, "linear.bias": model.mlp.dense.bias}
+        save_file({k: v.detach().float().contiguous().cpu() for k, v in weights.items()},
+                  str(dense_dir / "model.safetensors"))
+        modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    elif dense_dir.exists():
+        shutil.rmtree(dense_dir)  # a stale Dense module from an earlier export would be loaded
+    (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+    import transformers
+
+    (out / "config_sentence_transformers.json").write_text(json.dumps({
+        "__version__": {"transformers": transformers.__version__, "pytorch": torch.__version__},
+        "prompts": {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    }, indent=2) + "\n")
+    return out
+
+
+def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
+    from safetensors import safe_open
+
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            if key in st.keys():
+                return st.get_tensor(key)
+    return None
+
+
+def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """Write a plain HF encoder folder (config, safetensors weights, tokenizer); return the folder.
+
+    For the ``cls`` pooler with the MLP used at inference, the encoder's pooler (``pooler.dense``, Linear +
+    Tanh in BERT/RoBERTa) holds the MLP, so ``AutoModel.from_pretrained(folder)(**batch).pooler_output``
+    equals our embedding. For other poolers the HF pooler keeps the encoder's own weights: pool the
+    ``last_hidden_state`` yourself (``[:, 0]`` for ``cls_before_pooler``/``cls`` with ``mlp_only_train``,
+    a masked mean for ``avg``).
+
+    Raises:
+        ValueError: the ``cls`` MLP is used at inference but the encoder has no pooler of shape (H, H) to
+            hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`.
+    """
+    model = _as_model(model)
+    out = Path(output_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp / "m")
+        saved = tmp / "m"
+        if _mlp_at_inference(model):
+            w = _saved_tensor(saved, "pooler.dense.weight")
+            if w is None or not torch.equal(w.float(), model.mlp.dense.weight.detach().float().cpu()):
+                raise ValueError(
+                    f"{type(model.encoder).__name__} has no pooler that can hold the cls MLP; a plain HF folder "
+                    "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
+                    "sentence-transformers)"
+                )
+        for name in (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME):
+            (saved / name).unlink(missing_ok=True)
+        out.mkdir(exist_ok=True)
+        for name in (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME):
+            (out / name).unlink(missing_ok=True)  # stale simcse files would override the plain folder
+        for f in sorted(saved.iterdir()):
+            dest = out / f.name
+            if dest.is_dir():
+                shutil.rmtree(dest)
+            os.replace(f, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

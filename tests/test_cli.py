@@ -1,0 +1,129 @@
+"""The ``simcse`` command: encode / index / search / export in-process; train and evaluate delegation."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import SENTENCES
+from simcse import cli
+from simcse.tool import SimCSE
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    f = tmp_path_factory.mktemp("cli") / "corpus.txt"
+    f.write_text("\n".join(SENTENCES) + "\n")
+    return f
+
+
+@pytest.fixture(scope="module")
+def tool(tiny_bert_dir):
+    return SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+
+
+def test_encode_writes_npy_in_line_order(tmp_path, tiny_bert_dir, corpus, tool, capsys):
+    out = tmp_path / "emb.npy"
+    rc = cli.main(["encode", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(corpus),
+                   "--output", str(out), "--chunk-size", "5", "--batch-size", "3"])
+    assert rc == 0
+    emb = np.load(out)
+    assert emb.shape == (len(SENTENCES), 32) and emb.dtype == np.float32
+    np.testing.assert_allclose(emb, tool.encode(SENTENCES, return_numpy=True), rtol=1e-5, atol=1e-6)
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_encode_blank_lines(tmp_path, tiny_bert_dir, capsys):
+    f = tmp_path / "in.txt"
+    f.write_text("a dog .\n\n  \na cat .\n")
+    args = ["encode", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(f), "--output",
+            str(tmp_path / "e.npy")]
+    assert cli.main(args) == 2
+    assert f"error: {f}:2 is blank" in capsys.readouterr().err
+    assert cli.main(args + ["--skip-blank"]) == 0
+    assert np.load(tmp_path / "e.npy").shape == (2, 32)
+
+
+def test_index_then_search(tmp_path, tiny_bert_dir, corpus, capsys):
+    idx = tmp_path / "idx"
+    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(corpus),
+                     "--output", str(idx), "--no-faiss"]) == 0
+    capsys.readouterr()
+    # no --model: the index names the model it was built with
+    assert cli.main(["search", "--index", str(idx), "--pooler", "avg", "--query", SENTENCES[4], "--query",
+                     SENTENCES[7], "--top-k", "2", "--threshold", "-1", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["query"] for x in lines] == [SENTENCES[4], SENTENCES[7]]
+    assert [x["results"][0][0] for x in lines] == [SENTENCES[4], SENTENCES[7]]
+    assert all(len(x["results"]) == 2 for x in lines)
+    assert cli.main(["search", "--index", str(idx), "--model", str(tiny_bert_dir), "--pooler", "avg",
+                     "--query", "a dog .", "--threshold", "1.5"]) == 0
+    assert "nothing with cosine >= 1.5" in capsys.readouterr().out
+
+
+def test_search_errors(tmp_path, tiny_bert_dir, capsys):
+    assert cli.main(["search", "--index", str(tmp_path), "--query", "x"]) == 2
+    assert "pass --model" in capsys.readouterr().err
+    assert cli.main(["search", "--index", str(tmp_path), "--model", str(tiny_bert_dir), "--query", "x"]) == 2
+    assert "index_config.json is missing" in capsys.readouterr().err
+    assert cli.main(["search", "--index", str(tmp_path)]) == 2
+    assert "at least one --query" in capsys.readouterr().err
+
+
+def test_bad_model_and_inputs(tmp_path, tiny_bert_dir, corpus, capsys):
+    assert cli.main(["encode", "--model", str(tiny_bert_dir), "--pooler", "mean", "--input", str(corpus),
+                     "--output", str(tmp_path / "e.npy")]) == 2
+    assert "unknown pooler_type 'mean'" in capsys.readouterr().err
+    assert cli.main(["encode", "--model", str(tmp_path), "--input", str(corpus), "--output", "e.npy"]) == 2
+    assert "no weights" in capsys.readouterr().err
+    assert cli.main(["index", "--model", str(tiny_bert_dir), "--input", str(tmp_path / "none.txt"),
+                     "--output", str(tmp_path / "i")]) == 2
+    assert "is not a file" in capsys.readouterr().err
+    assert cli.main(["encode", "--model", str(tiny_bert_dir), "--input", str(corpus), "--output", "e.npy",
+                     "--batch-size", "0"]) == 2
+    assert "--batch-size must be a positive integer" in capsys.readouterr().err
+    assert cli.main([]) == 2
+
+
+@pytest.mark.parametrize("fmt", ["sentence-transformers", "huggingface"])
+def test_export(tmp_path, tiny_bert_dir, fmt):
+    out = tmp_path / "exp"
+    assert cli.main(["export", "--model", str(tiny_bert_dir), "--pooler", "cls", "--output", str(out),
+                     "--format", fmt]) == 0
+    assert (out / "config.json").is_file()
+    assert (out / "modules.json").is_file() == (fmt == "sentence-transformers")
+
+
+def test_train_gets_the_rest_of_argv(monkeypatch):
+    import simcse.train
+
+    seen = []
+    monkeypatch.setattr(simcse.train, "main", lambda argv: seen.append(argv) or {"loss": 1.0})
+    assert cli.main(["train", "--model_name_or_path", "m", "--help"]) == 0
+    assert seen == [["--model_name_or_path", "m", "--help"]]
+
+
+def test_evaluate_uses_the_evaluation_script(capsys):
+    main = cli._find_evaluation_main()
+    assert callable(main)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "--help"])
+    assert e.value.code == 0
+    assert "--model_name_or_path" in capsys.readouterr().out
+
+
+def test_module_entry_point_runs():
+    r = subprocess.run([sys.executable, "-m", "simcse.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    for name in ("encode", "index", "search", "export", "train", "evaluate"):
+        assert name in r.stdout
