@@ -8,7 +8,8 @@ all-MiniLM-L6-v2, mean pooling, unit-normalised output), batch size, truncation 
 fp32, and bf16 through ``torch.autocast`` on both sides (``--st-bf16 weights`` instead loads the
 sentence-transformers model with bf16 weights, its other bf16 mode). Runs alternate (ours, theirs, then
 theirs, ours in the next round) so that a slow-down from other jobs on the machine falls on both. The
-speed-up is the summed time of sentence-transformers over ours, per precision.
+speed-up is the summed wall time of sentence-transformers over ours, per precision; the ratio of process
+CPU times is printed too (steadier when other jobs share the cores; ``--threads 1`` steadier still).
 
 Checks (exit status 1 when one fails): our fp32 embeddings equal sentence-transformers' (cosine > 0.9999),
 and bf16 embeddings equal fp32 ones (cosine > 0.999) for both libraries.
@@ -109,10 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "bf16" in precisions and args.st_bf16 == "weights":
         st_bf16 = SentenceTransformer(model_path, device="cpu", model_kwargs={"dtype": torch.bfloat16})
         st_bf16.max_seq_length = args.max_length
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"data={data} n={len(sentences)} model={model_path} batch_size={args.batch_size} "
           f"max_length={args.max_length} torch_threads={torch.get_num_threads()} load_avg_1min={load:.2f}")
 
@@ -137,6 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
             (st_bf16 if prec == "bf16" else st).encode(warm, batch_size=args.batch_size, show_progress_bar=False)
 
     times = {(who, prec): [] for who in ("ours", "st") for prec in precisions}
+    cpu = {(who, prec): [] for who in ("ours", "st") for prec in precisions}
     emb = {}
     for r in range(args.rounds):
         for prec in precisions:
@@ -144,12 +143,14 @@ def main(argv: list[str] | None = None) -> dict:
             if r % 2:
                 sides.reverse()
             for who, fn in sides:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 e = fn(prec)
-                dt = time.perf_counter() - t0
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
                 times[(who, prec)].append(dt)
+                cpu[(who, prec)].append(dc)
                 emb[(who, prec)] = e
-                print(f"round {r + 1} {prec} {who:4s} {dt:7.2f} s  {len(sentences) / dt:7.1f} sentences/s", flush=True)
+                print(f"round {r + 1} {prec} {who:4s} {dt:7.2f} s  {len(sentences) / dt:7.1f} sentences/s  "
+                      f"(process CPU time {dc:7.2f} s)", flush=True)
 
     ok = True
     speedups = {}
@@ -157,8 +158,9 @@ def main(argv: list[str] | None = None) -> dict:
         t_ours, t_st = sum(times[("ours", prec)]), sum(times[("st", prec)])
         speedups[prec] = t_st / t_ours
         n_total = len(sentences) * args.rounds
+        cpu_ratio = sum(cpu[("st", prec)]) / sum(cpu[("ours", prec)])
         print(f"{prec}: ours {n_total / t_ours:.1f} sentences/s, sentence-transformers {n_total / t_st:.1f} "
-              f"sentences/s, speed-up {speedups[prec]:.2f}")
+              f"sentences/s, speed-up {speedups[prec]:.2f} (wall time; CPU-time ratio {cpu_ratio:.2f})")
     if "fp32" in precisions:
         c = min_row_cosine(emb[("ours", "fp32")], emb[("st", "fp32")])
         print(f"check ours fp32 vs sentence-transformers fp32: min cosine {c:.6f} (need > 0.9999)")

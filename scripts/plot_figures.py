@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
 FIGURES = ("align_uniform", "training_curve", "spectrum", "cosine_bins")
 
 
@@ -126,7 +128,12 @@ def main(argv: list[str] | None = None) -> dict:
                 rows.append({"model": label, **au, f"stsb_{args.split}_spearman": spearman,
                              "sts": spearman if args.color_by_stsb else (s if s is not None else _saved_sts(model_dir))})
             have_sts = all(r["sts"] is not None for r in rows)
-            sts_label = f"STS-B {args.split} Spearman x100" if args.color_by_stsb else "STS"
+            if args.color_by_stsb:
+                sts_label = f"STS-B {args.split} Spearman x100"
+            elif args.sts_avg is not None:
+                sts_label = "STS"
+            else:  # simcse_results.json: mean of STS-B dev and SICK-R dev Spearman
+                sts_label = "STS-B/SICK-R dev avg x100"
             plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
                                      [r["uniform"] for r in rows], args.out,
                                      sts=[r["sts"] for r in rows] if have_sts else None, title=args.title,

@@ -416,7 +416,8 @@ class Whitening:
         W: float64 (D, k).
         singular_values: float64 (D,), the eigenvalues of Sigma, largest first (for inspection).
 
-    Use :meth:`fit` to create one, :meth:`transform` to apply it, :meth:`save` / :meth:`load` for .npz files.
+    Use :meth:`fit` to create one, :meth:`transform` to apply it, :meth:`truncated` to keep fewer
+    dimensions, :meth:`save` / :meth:`load` for .npz files.
     """
 
     def __init__(self, mu, W, singular_values=None):
@@ -480,6 +481,17 @@ class Whitening:
             k = dim
         W = u[:, :k] / np.sqrt(s[:k])  # (D, k): column j scaled by 1/sqrt(s_j)
         return cls(mu, W, s)
+
+    def truncated(self, dim: int) -> "Whitening":
+        """The same whitening keeping only the first ``dim`` output dimensions (the largest variances);
+        equal to fitting with ``dim`` on the same corpus.
+
+        Raises:
+            ValueError: ``dim`` not in [1, self.dim].
+        """
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= self.dim:
+            raise ValueError(f"dim must be an integer in [1, {self.dim}] (this whitening's output size), got {dim!r}")
+        return Whitening(self.mu, self.W[:, :dim], self.singular_values)
 
     def transform(self, x) -> np.ndarray:
         """Whiten ``x`` (M, D) -> float32 (M, k). A 1-D (D,) input gives (k,).

@@ -287,8 +287,11 @@ def test_whitening_keeps_top_k_directions():
         assert col @ col == pytest.approx(1.0 / eigval[j], rel=1e-8)
     z = w.transform(x)
     assert z.shape == (300, k)
-    full = A.Whitening.fit(x).transform(x)
-    np.testing.assert_allclose(np.abs(z), np.abs(full[:, :k]), rtol=1e-4, atol=1e-4)
+    full = A.Whitening.fit(x)
+    np.testing.assert_allclose(np.abs(z), np.abs(full.transform(x)[:, :k]), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.abs(full.truncated(k).W), np.abs(w.W), rtol=1e-8)
+    with pytest.raises(ValueError, match="dim must be an integer in \\[1, 3\\]"):
+        w.truncated(4)
 
 
 def test_whitening_drops_degenerate_directions(caplog):
@@ -384,7 +387,7 @@ def test_plots_module_imports_no_matplotlib():
     import subprocess
     import sys
 
-    code = "import sys, simcse.plots, simcse.analysis, simcse.callbacks; print('matplotlib' in sys.modules)"
+    code = "import sys, simcse.plots, simcse.analysis; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -482,9 +485,8 @@ def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):
     assert json.loads((tmp_path / "f1.json").read_text())["models"][0]["first_10"][0] == 1.0
     res = script.main(["--figure", "cosine_bins", "--out", str(tmp_path / "g1.png")] + common)
     assert _is_png(tmp_path / "g1.png") and [b["n"] for b in res["models"][0]["bins"]] == [2, 1, 1, 1, 4]
-    res = script.main(["--figure", "align_uniform", "--out", str(tmp_path / "f3.png"), "--sts_avg", "50", "60"] + common)
-    assert _is_png(tmp_path / "f3.png") and res["models"][1]["sts"] == 60 and res["models"][0]["n_pos"] == 3
     res = script.main(["--figure", "align_uniform", "--out", str(tmp_path / "f3c.png"), "--color_by_stsb"] + common)
+    assert res["models"][0]["n_pos"] == 3 and res["models"][1]["model"] == f"{Path(tiny_bert_dir).name} (cls_before_pooler)"
     from scipy.stats import spearmanr
 
     from simcse import SimCSEModel
@@ -498,3 +500,6 @@ def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):
     capsys.readouterr()
     with pytest.raises(SystemExit):
         script.main(["--figure", "spectrum", "--out", str(tmp_path / "x.png")])  # no --models
+    with pytest.raises(SystemExit):
+        script.main(["--figure", "align_uniform", "--out", str(tmp_path / "x.png"), "--sts_avg", "1", "--color_by_stsb"] + common)
+    assert "not both" in capsys.readouterr().err
