@@ -62,13 +62,22 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     import datasets
 
     p = check_train_file(path)
+    try:
+        if p.suffix == ".txt":
+            ds = datasets.load_dataset("text", data_files=str(p), split="train")
+        else:
+            sep = "\t" if p.name.endswith(".tsv") else ","
+            ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError, datasets.exceptions.DatasetGenerationError) as e:
+        cause = e.__cause__ or e
+        raise ValueError(f"train_file {str(p)!r} could not be read as {'UTF-8 text' if p.suffix == '.txt' else 'a CSV with a header'}: "
+                         f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}") from e
+    if len(ds) == 0:
+        raise ValueError(f"train_file {str(p)!r} has a header but no data rows")
     if p.suffix == ".txt":
-        ds = datasets.load_dataset("text", data_files=str(p), split="train")
         ds = ds.rename_column("text", "sent0")
         columns = ["sent0"]
     else:
-        sep = "\t" if p.name.endswith(".tsv") else ","
-        ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False)
         present = set(ds.column_names)
         if not set(PAIR_COLUMNS) <= present:
             raise ValueError(

@@ -129,8 +129,6 @@ def test_empty_csv_stops(tmp_path, tiny_bert_dir):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="simcse/data.py passes on datasets' message for a header-only CSV "
-                                       "('Instruction \"train\" corresponds to no data!'), which names no file")
 def test_header_only_csv_names_the_file(tmp_path, tiny_bert_dir):
     header_only = _write_csv(tmp_path / "header.csv", ["sent0", "sent1", "hard_neg"], [])
     msg = _error(_argv(tiny_bert_dir, header_only, tmp_path / "out"))
