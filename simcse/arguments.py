@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .augment import AUGMENTATIONS
 from .pooling import POOLERS, get_pooler
 
 
@@ -35,9 +36,55 @@ class ModelArguments:
                           "replayed). Activation memory is one chunk's, for one extra forward pass. "
                           "0 or unset: off."},
     )
+    # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
+    dropout: float | None = field(
+        default=None,
+        metadata={"help": "Dropout probability p in [0, 1) for the encoder (Table 3): sets every float config "
+                          "attribute ending in 'dropout', 'dropout_prob' or 'dropout_rate' (BERT: "
+                          "hidden_dropout_prob, attention_probs_dropout_prob) before the model is built. "
+                          "Unset: the checkpoint's own values."},
+    )
+    fixed_dropout: bool = field(
+        default=False,
+        metadata={"help": "Table 3 'fixed 0.1': the same dropout mask for both views. Each sentence is encoded "
+                          "once with dropout and that embedding serves as both views (exactly an equal mask). "
+                          "Needs a one-sentence-per-line .txt file."},
+    )
+    two_encoders: bool = field(
+        default=False,
+        metadata={"help": "Table 2: two independent encoders (a copy of the encoder for views 2..); the first "
+                          "is evaluated and saved as the model, the second in <output_dir>/second_encoder."},
+    )
+    augmentation: str = field(
+        default="none",
+        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {list(AUGMENTATIONS)}: "
+                          "crop keeps (1-k) of the words, word_deletion deletes k of the words, delete_one_word, "
+                          "mlm replaces k of the tokens with the checkpoint's own MLM head's predictions. "
+                          "Needs a .txt file."},
+    )
+    augmentation_ratio: float = field(default=0.1, metadata={"help": "k of --augmentation, in (0, 1)."})
+    augmentation_with_dropout: bool = field(
+        default=True,
+        metadata={"help": "With --augmentation: keep dropout on top of it (true, Table 1's default) or turn "
+                          "every dropout off (false, Table 1's 'w/o dropout')."},
+    )
 
     def __post_init__(self):
         get_pooler(self.pooler_type)
+        if self.dropout is not None and (isinstance(self.dropout, bool) or not 0 <= self.dropout < 1):
+            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.augmentation not in AUGMENTATIONS:
+            raise ValueError(f"--augmentation must be one of {list(AUGMENTATIONS)}, got {self.augmentation!r}")
+        if self.augmentation not in ("none", "delete_one_word") and not 0 < self.augmentation_ratio < 1:
+            raise ValueError(f"--augmentation_ratio must be in (0, 1), got {self.augmentation_ratio}")
+        if self.augmentation != "none" and not self.augmentation_with_dropout and self.dropout:
+            raise ValueError(f"--augmentation_with_dropout false turns dropout off; it contradicts --dropout {self.dropout}")
+        if self.fixed_dropout and (self.augmentation != "none" or self.two_encoders):
+            raise ValueError("--fixed_dropout needs two identical views: it cannot be combined with --augmentation or --two_encoders")
+        if self.fixed_dropout and self.dropout == 0:
+            raise ValueError("--fixed_dropout with --dropout 0 is plain --dropout 0 (there is no mask to fix)")
+        if self.two_encoders and (self.do_mlm or self.gradient_cache_chunk_size):
+            raise ValueError("--two_encoders cannot be combined with --do_mlm or --gradient_cache_chunk_size")
         if not (isinstance(self.temp, (int, float)) and math.isfinite(self.temp) and self.temp > 0):
             raise ValueError(f"--temp must be a finite number > 0, got {self.temp}")
         if not self.hard_negative_weight >= 0:
@@ -64,9 +111,33 @@ class DataTrainingArguments:
     senteval_dir: str | None = field(default=None, metadata={"help": "SentEval data/downstream folder for STS-B/SICK-R evaluation."})
     eval_before_training: bool = field(default=True, metadata={"help": "Evaluate STS-B/SICK-R dev once before training."})
     test_after_training: bool = field(default=True, metadata={"help": "Report STS-B and SICK-R test Spearman of the final model."})
+    objective: str = field(
+        default="simcse",
+        metadata={"help": "Table 2: 'simcse' (the file's own views), 'next_sentence' (line i+1 is the positive of "
+                          "line i) or 'next_3_sentences' (a random one of the next 3 lines, drawn once with "
+                          "--seed); the next-sentence objectives need a .txt file whose lines are in reading "
+                          "order, blank lines ending a document."},
+    )
+    neutral_as_negative: bool = field(
+        default=False,
+        metadata={"help": "Table 7 'contradiction + neutral': the CSV's 'neutral' column is one more negative per "
+                          "premise (needs sent0,sent1,hard_neg,neutral; the stand-in nli_for_simcse.csv has no "
+                          "neutral column)."},
+    )
+    no_hard_negatives: bool = field(
+        default=False,
+        metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
+    )
 
     def __post_init__(self):
-        from .data import check_train_file
+        from .data import OBJECTIVE_WINDOWS, check_train_file
+
+        if self.objective != "simcse" and self.objective not in OBJECTIVE_WINDOWS:
+            raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
+        if self.objective != "simcse" and self.neutral_as_negative:
+            raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --objective " + self.objective)
+        if self.no_hard_negatives and self.neutral_as_negative:
+            raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
 
         if not isinstance(self.max_seq_length, int) or self.max_seq_length < 2:
             raise ValueError(f"--max_seq_length must be an integer >= 2 (room for [CLS] and [SEP]), got {self.max_seq_length}")

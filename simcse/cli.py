@@ -86,8 +86,18 @@ def _read_lines(path: str, skip_blank: bool) -> list[str]:
         f = Path(path)
         if not f.is_file():
             raise CLIError(f"--input {path!r} is not a file")
-        with open(f, encoding="utf-8") as fh:
-            lines = [line.rstrip("\r\n") for line in fh]
+        try:
+            with open(f, encoding="utf-8") as fh:
+                lines = [line.rstrip("\r\n") for line in fh]
+        except UnicodeDecodeError:
+            with open(f, "rb") as fh:
+                for n, raw in enumerate(fh, 1):
+                    try:
+                        raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        raise CLIError(f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
+                                       "expected a UTF-8 text file") from None
+            raise
     if skip_blank:
         return [s for s in lines if s.strip()]
     for n, s in enumerate(lines, 1):
@@ -99,7 +109,12 @@ def _read_lines(path: str, skip_blank: bool) -> list[str]:
 def _tool(args, model: str):
     from .tool import SimCSE
 
-    return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length)
+    try:
+        return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # e.g. a hub name with HF_HUB_OFFLINE=1 or no network: HF's message spans lines
+        raise CLIError(f"cannot load model {model!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
 
 
 def _dtype(args):
@@ -234,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             if v is not None and v < 1:
                 raise CLIError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
         return COMMANDS[args.command](args)
-    except (CLIError, FileNotFoundError, ValueError, TypeError, RuntimeError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (CLIError, OSError, ValueError, TypeError, RuntimeError, ImportError) as e:
+        # one line (HF's OSErrors span several); OSError covers a model that cannot be fetched offline
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return EXIT_USAGE
 
 

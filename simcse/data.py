@@ -22,6 +22,7 @@ DOWNLOAD_HINT = {
 }
 PAIR_COLUMNS = ("sent0", "sent1")
 TRIPLET_COLUMNS = ("sent0", "sent1", "hard_neg")
+NEUTRAL_COLUMN = "neutral"
 
 
 def _hint(path: Path) -> str:
@@ -37,8 +38,12 @@ def check_train_file(path: str | os.PathLike) -> Path:
         ValueError: an empty file or an unsupported extension.
     """
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise ValueError(f"train_file {str(p)!r} is not a regular file (a directory?); expected a .txt or .csv file")
     if not p.is_file():
         raise FileNotFoundError(f"train_file {str(p)!r} does not exist{_hint(p)}")
+    if not os.access(p, os.R_OK):
+        raise PermissionError(f"train_file {str(p)!r} cannot be read (permission denied)")
     if p.stat().st_size == 0:
         raise ValueError(f"train_file {str(p)!r} is empty{_hint(p)}")
     if not (p.suffix == ".txt" or p.name.endswith((".csv", ".csv.gz", ".tsv"))):
@@ -46,18 +51,42 @@ def check_train_file(path: str | os.PathLike) -> Path:
     return p
 
 
-def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None):
+def _open_bytes(p: Path):
+    import gzip
+
+    return gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb")
+
+
+def _first_non_utf8_line(p: Path) -> str | None:
+    """``"line N, byte M (b'\\xff')"`` for the first line of ``p`` that is not valid UTF-8, else None."""
+    with _open_bytes(p) as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return f"line {i}, byte {e.start + 1} ({raw[e.start:e.start + 1]!r})"
+    return None
+
+
+def _count_nonblank_lines(p: Path) -> int:
+    with _open_bytes(p) as f:
+        return sum(1 for raw in f if raw.strip())
+
+
+def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None, neutral: bool = False):
     """Load a training file as a ``datasets.Dataset`` with a column per view.
 
     * ``.txt``: one sentence per line -> column ``sent0``; blank lines are skipped and counted in the log.
     * ``.csv``: header with ``sent0,sent1`` (pairs) and optionally ``hard_neg`` (triplets); other columns are
       ignored; rows with an empty cell in a used column are skipped and counted in the log.
+    * ``neutral=True`` (paper Table 7, "contradiction + neutral"): the CSV must also have ``hard_neg`` and
+      ``neutral`` columns; the neutral hypothesis becomes a fourth view, used as one more negative.
 
     Returns (dataset, view_columns).
 
     Raises:
         FileNotFoundError / ValueError: see :func:`check_train_file`; a CSV without ``sent0``/``sent1``;
-        a file with no usable row.
+        a file with no usable row; ``neutral=True`` with a .txt file or a CSV without ``hard_neg``/``neutral``.
     """
     import datasets
 
@@ -69,12 +98,20 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
             sep = "\t" if p.name.endswith(".tsv") else ","
             ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False)
     except (ValueError, UnicodeDecodeError, datasets.exceptions.DatasetGenerationError) as e:
+        bad = _first_non_utf8_line(p)
+        if bad is not None:
+            raise ValueError(f"train_file {str(p)!r} is not UTF-8 text at {bad}; expected UTF-8 "
+                             "(re-encode it, e.g. with iconv -t utf-8)") from e
+        if p.suffix != ".txt" and _count_nonblank_lines(p) <= 1:
+            raise ValueError(f"train_file {str(p)!r} has a header but no data rows") from e
         cause = e.__cause__ or e
         raise ValueError(f"train_file {str(p)!r} could not be read as {'UTF-8 text' if p.suffix == '.txt' else 'a CSV with a header'}: "
                          f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}") from e
     if len(ds) == 0:
         raise ValueError(f"train_file {str(p)!r} has a header but no data rows")
     if p.suffix == ".txt":
+        if neutral:
+            raise ValueError(f"--neutral_as_negative needs a CSV with a {NEUTRAL_COLUMN!r} column; train_file {str(p)!r} is plain text")
         ds = ds.rename_column("text", "sent0")
         columns = ["sent0"]
     else:
@@ -85,6 +122,13 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
                 f"'sent0,sent1' (pairs) or 'sent0,sent1,hard_neg' (triplets)"
             )
         columns = list(TRIPLET_COLUMNS) if "hard_neg" in present else list(PAIR_COLUMNS)
+        if neutral:
+            if not {"hard_neg", NEUTRAL_COLUMN} <= present:
+                raise ValueError(
+                    f"--neutral_as_negative needs a CSV with 'sent0,sent1,hard_neg,{NEUTRAL_COLUMN}' columns; "
+                    f"train_file {str(p)!r} has {ds.column_names}"
+                )
+            columns.append(NEUTRAL_COLUMN)
         ds = ds.remove_columns([c for c in ds.column_names if c not in columns])
     n_before = len(ds)
 
@@ -101,6 +145,95 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     if max_train_samples is not None:
         ds = ds.select(range(min(max_train_samples, len(ds))))
     return ds, columns
+
+
+OBJECTIVE_WINDOWS = {"next_sentence": 1, "next_3_sentences": 3}
+
+
+def consecutive_pairs(lines, window: int, rng=None, max_pairs: int | None = None) -> tuple[list[str], list[str]]:
+    """(anchors, positives) from consecutive lines of a text corpus (paper Table 2, "next sentence(s)").
+
+    Lines are sentences in reading order; a blank (whitespace-only) line ends a block (a document or a
+    paragraph) and no pair crosses it. For every line i of a block that has a later line in the block, the
+    positive is line i+1 when ``window == 1``, else a line drawn uniformly from the next
+    ``min(window, lines left in the block)`` lines (one draw per anchor, from ``rng``). The last line of each
+    block has no positive and is not an anchor. Leading/trailing whitespace is stripped.
+
+    Args:
+        lines: an iterable of str (read lazily: with ``max_pairs`` only as many lines as needed are consumed).
+        window: 1 (next sentence) or more (a random one of the next ``window`` sentences).
+        rng: a ``random.Random`` (required when ``window > 1``).
+        max_pairs: stop after this many pairs.
+
+    Raises:
+        ValueError: ``window < 1``, or ``window > 1`` without ``rng``.
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    if window > 1 and rng is None:
+        raise ValueError("window > 1 draws the positive at random: pass rng (a random.Random)")
+    anchors: list[str] = []
+    positives: list[str] = []
+    block: list[str] = []
+
+    def flush(final: bool) -> bool:
+        # emit pairs for anchors of ``block`` whose whole window is known (all of them when the block ended)
+        while block and (len(block) > window or (final and len(block) > 1)):
+            if max_pairs is not None and len(anchors) >= max_pairs:
+                return True
+            k = min(window, len(block) - 1)
+            j = 1 if k == 1 else 1 + rng.randrange(k)
+            anchors.append(block[0])
+            positives.append(block[j])
+            block.pop(0)
+        if final:
+            block.clear()
+        return max_pairs is not None and len(anchors) >= max_pairs
+
+    for line in lines:
+        text = line.strip()
+        if not text:
+            if flush(final=True):
+                return anchors, positives
+            continue
+        block.append(text)
+        if flush(final=False):
+            return anchors, positives
+    flush(final=True)
+    return anchors, positives
+
+
+def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: int = 42,
+                               max_train_samples: int | None = None):
+    """A pair dataset (``sent0`` = line i, ``sent1`` = its next sentence) from a one-sentence-per-line file.
+
+    ``objective`` is ``"next_sentence"`` (line i+1) or ``"next_3_sentences"`` (a random one of the next 3
+    lines, drawn once per anchor with ``random.Random(seed)``); see :func:`consecutive_pairs` for blocks.
+    The pairs then train like supervised pairs: in-batch negatives, dropout on. The file's lines must be in
+    reading order -- a shuffled corpus (such as the wiki1m stand-in) gives unrelated "next" sentences.
+
+    Returns (dataset, ["sent0", "sent1"]).
+
+    Raises:
+        ValueError: an unknown objective, a file that is not ``.txt``, or one with no consecutive pair;
+        FileNotFoundError: see :func:`check_train_file`.
+    """
+    import random
+
+    import datasets
+
+    if objective not in OBJECTIVE_WINDOWS:
+        raise ValueError(f"objective must be one of {sorted(OBJECTIVE_WINDOWS)}, got {objective!r}")
+    p = check_train_file(path)
+    if p.suffix != ".txt":
+        raise ValueError(f"--objective {objective} derives pairs from consecutive lines: train_file {str(p)!r} "
+                         "must be a .txt file with one sentence per line")
+    with open(p, encoding="utf-8") as f:
+        anchors, positives = consecutive_pairs(f, OBJECTIVE_WINDOWS[objective], random.Random(seed), max_train_samples)
+    if not anchors:
+        raise ValueError(f"train_file {str(p)!r} has no two consecutive non-blank lines: no {objective} pair")
+    logger.info("%s: %d %s pairs", p, len(anchors), objective)
+    return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), list(PAIR_COLUMNS)
 
 
 def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None):

@@ -59,12 +59,33 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     """
     from transformers import AutoModel
 
+    if kwargs.get("weights_only", True) is not True:
+        raise ValueError("weights_only=False is refused: simcse loads pickle-based weight files (pytorch_model.bin) "
+                         "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
     encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     hf_pooler = getattr(encoder, "pooler", None)
     if not isinstance(hf_pooler, nn.Module):
         return encoder, None
     encoder.pooler = None
     return encoder, hf_pooler
+
+
+def _check_tokenizer_fits(tokenizer, encoder) -> None:
+    """ValueError when ``tokenizer`` makes token ids the encoder's embedding matrix has no row for.
+
+    Without this check a mismatched tokenizer fails deep inside torch ("index out of range in self").
+    """
+    emb = encoder.get_input_embeddings() if hasattr(encoder, "get_input_embeddings") else None
+    rows = getattr(emb, "num_embeddings", None)
+    if tokenizer is None or not isinstance(rows, int):
+        return
+    n = len(tokenizer)
+    if n > rows:
+        raise ValueError(
+            f"tokenizer ({type(tokenizer).__name__}, {n} tokens) does not match the encoder: its embedding matrix "
+            f"has {rows} rows, so token ids {rows}..{n - 1} would be out of range; expected the tokenizer saved "
+            "with this model (or resize the embeddings with encoder.resize_token_embeddings(len(tokenizer)))"
+        )
 
 
 def _pooler_dense(hf_pooler) -> nn.Linear | None:
@@ -94,6 +115,7 @@ class SimCSEModel(nn.Module):
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.mlp_only_train = bool(mlp_only_train)
+        _check_tokenizer_fits(tokenizer, encoder)
         hidden = encoder.config.hidden_size
         self.mlp = MLPHead(hidden) if self.pooler.uses_mlp else None
         if self.mlp is not None:
@@ -147,6 +169,19 @@ class SimCSEModel(nn.Module):
         return self.encoder.config.hidden_size
 
     @property
+    def max_input_tokens(self) -> int:
+        """The longest input (tokens) the encoder takes: its position table (less RoBERTa's padding offset)
+        and the tokenizer's ``model_max_length``, whichever is smaller."""
+        cap = getattr(self.encoder.config, "max_position_embeddings", None) or 10**9
+        emb = getattr(self.encoder, "embeddings", None)
+        if getattr(emb, "padding_idx", None) is not None:
+            cap -= int(emb.padding_idx) + 1  # RoBERTa-style positions start after padding_idx
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_max, int) and 0 < tok_max < cap:
+            cap = tok_max
+        return max(1, cap)
+
+    @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
@@ -188,7 +223,8 @@ class SimCSEModel(nn.Module):
 
         All sentences are tokenised up front (one fast-tokenizer call per 8,192 sentences, ids kept in one
         flat int64 array), then batches of ``batch_size`` are cut from the list sorted by *token* length, so
-        a batch carries almost no padding. ``max_length`` truncates (tokens, special tokens included); when
+        a batch carries almost no padding. ``max_length`` truncates (tokens, special tokens included; capped at
+        :attr:`max_input_tokens`, the encoder's position table); when
         any sentence is cut, one ``UserWarning`` gives how many. ``dtype`` (e.g. ``torch.bfloat16``) runs
         the encoder under autocast for speed.
 
@@ -206,6 +242,7 @@ class SimCSEModel(nn.Module):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         if self.tokenizer is None:
             raise ValueError("this SimCSEModel has no tokenizer; pass one to the constructor or load with from_pretrained")
+        max_length = min(max_length, self.max_input_tokens)  # longer would index past the position table
         n = len(sentences)
         if n == 0:
             return np.zeros((0, self.hidden_size), dtype=np.float32)
@@ -425,3 +462,122 @@ class SimCSEModel(nn.Module):
             if not mlp_file.is_file():
                 raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
             self.mlp.load_state_dict(load_file(str(mlp_file)))
+
+
+# ------------------------------------------------------------------------------ ablations (paper Sec. 3)
+DROPOUT_SUFFIXES = ("dropout", "dropout_prob", "dropout_rate")
+
+
+def set_config_dropout(config, p: float) -> list[str]:
+    """Set every dropout probability of an HF ``config`` to ``p`` in place; return the attribute names set.
+
+    An attribute is a dropout probability when its name ends with one of :data:`DROPOUT_SUFFIXES`
+    (``dropout``, ``dropout_prob``, ``dropout_rate``) and its value is a float (``None`` values such as
+    BERT's unused ``classifier_dropout`` are left alone). For BERT/RoBERTa/MiniLM this is
+    ``hidden_dropout_prob`` (embeddings, attention output, feed-forward output) and
+    ``attention_probs_dropout_prob`` (attention weights); for DistilBERT ``dropout``, ``attention_dropout``
+    and ``seq_classif_dropout``. The config must be changed *before* the model is built: HF modules read
+    these values at construction (see :func:`encoder_config_with_dropout`).
+
+    Raises:
+        ValueError: ``p`` outside [0, 1), or a config with no float dropout attribute.
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError(f"dropout must be a number in [0, 1), got {p!r}")
+    names = sorted(k for k, v in config.to_dict().items()
+                   if k.endswith(DROPOUT_SUFFIXES) and isinstance(v, float) and not isinstance(v, bool))
+    if not names:
+        raise ValueError(f"config of type {type(config).__name__} has no float attribute ending in "
+                         f"{DROPOUT_SUFFIXES}; cannot set dropout")
+    for k in names:
+        setattr(config, k, float(p))
+    return names
+
+
+def encoder_config_with_dropout(path: str, p: float, trust_remote_code: bool = False):
+    """``(config, names)``: the ``AutoConfig`` of ``path`` with every dropout probability set to ``p``.
+
+    Pass ``config=config`` to :meth:`SimCSEModel.from_pretrained` (it reaches ``AutoModel.from_pretrained``);
+    the saved model's ``config.json`` then records ``p``. Errors: see :func:`set_config_dropout`.
+    """
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    return config, set_config_dropout(config, p)
+
+
+SECOND_ENCODER_DIR = "second_encoder"
+
+
+class DualEncoderModel(nn.Module):
+    """Two independent encoders, one per view (paper Table 2, column "(f_theta1, f_theta2)").
+
+    ``first`` encodes view 0 (the queries), ``second`` -- a deep copy of ``first`` at construction, so both
+    start from the same pre-trained weights and then train separately -- encodes views 1.. (positives and hard
+    negatives). ``encode``, evaluation and saving use ``first``.
+
+    ``forward(input_ids, attention_mask, ...)``: (B, V, L) tensors -> (B, V, H) embeddings (view 0 by
+    ``first``, the rest by ``second``); (N, L) tensors -> (N, H) by ``first``. The trainer recognises the
+    class by ``takes_views = True`` and hands it the unflattened (B, V, L) batch.
+
+    Saved layout: ``first`` is saved exactly as a :class:`SimCSEModel` in the folder (so the folder loads and
+    evaluates as one model) and ``second`` as another complete SimCSEModel folder in
+    ``<folder>/second_encoder/``.
+    """
+
+    takes_views = True
+
+    def __init__(self, first: SimCSEModel, second: SimCSEModel | None = None):
+        import copy
+
+        super().__init__()
+        self.first = first
+        self.second = second if second is not None else copy.deepcopy(first)
+
+    @property
+    def tokenizer(self):
+        return self.first.tokenizer
+
+    @property
+    def pooler_type(self) -> str:
+        return self.first.pooler_type
+
+    @property
+    def hidden_size(self) -> int:
+        return self.first.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.first.device
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
+        if input_ids.dim() == 2:
+            return self.first(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
+        if input_ids.dim() != 3 or input_ids.shape[1] < 2:
+            raise ValueError(f"DualEncoderModel needs (B, V >= 2, L) or (N, L) inputs, got {tuple(input_ids.shape)}")
+        batch, views, length = input_ids.shape
+        kw = {"input_ids": input_ids, "attention_mask": attention_mask, **encoder_kwargs}
+        z0 = self.first(**{k: v[:, 0] for k, v in kw.items()})  # (B, H)
+        rest = self.second(**{k: v[:, 1:].reshape(batch * (views - 1), length) for k, v in kw.items()})
+        return torch.cat([z0.unsqueeze(1), rest.view(batch, views - 1, -1)], dim=1)  # (B, V, H)
+
+    def encode(self, sentences, **kwargs) -> np.ndarray:
+        """:meth:`SimCSEModel.encode` of the first encoder."""
+        return self.first.encode(sentences, **kwargs)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        for m in (self.first, self.second):
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+        """Save ``first`` into ``save_directory`` and ``second`` into ``save_directory/second_encoder``."""
+        self.first.save_pretrained(save_directory)
+        self.second.save_pretrained(Path(save_directory) / SECOND_ENCODER_DIR)
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Load both encoders from a folder written by :meth:`save_pretrained`."""
+        second = Path(path) / SECOND_ENCODER_DIR
+        if not second.is_dir():
+            raise FileNotFoundError(f"{second} is missing: {path} was not saved by a DualEncoderModel")
+        self.first.load_weights(path)
+        self.second.load_weights(second)

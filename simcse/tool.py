@@ -52,12 +52,26 @@ def _check_sentences(sentences, name: str = "sentences") -> tuple[list[str], boo
 
 
 def _iter_lines(path: Path) -> Iterator[str]:
-    """Non-blank lines of a UTF-8 text file, without their line ending (other whitespace is kept)."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield line
+    """Non-blank lines of a UTF-8 text file, without their line ending (other whitespace is kept).
+
+    Raises:
+        ValueError: a line is not UTF-8 (the message gives the file, line number and byte).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.rstrip("\r\n")
+                if line.strip():
+                    yield line
+    except UnicodeDecodeError:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
+                                     "expected a UTF-8 text file, one sentence per line") from None
+        raise
 
 
 def _chunks(it, size: int) -> Iterator[list]:
@@ -72,17 +86,8 @@ def _chunks(it, size: int) -> Iterator[list]:
 
 
 def model_max_tokens(model: SimCSEModel) -> int:
-    """The longest input (tokens) ``model`` takes: its position table (less RoBERTa's padding offset)
-    and its tokenizer's ``model_max_length``, whichever is smaller."""
-    cfg = model.encoder.config
-    cap = getattr(cfg, "max_position_embeddings", None) or 10**9
-    emb = getattr(model.encoder, "embeddings", None)
-    if getattr(emb, "padding_idx", None) is not None:
-        cap -= int(emb.padding_idx) + 1  # RoBERTa-style positions start after padding_idx
-    tok_max = getattr(model.tokenizer, "model_max_length", None)
-    if isinstance(tok_max, int) and 0 < tok_max < cap:
-        cap = tok_max
-    return max(1, cap)
+    """The longest input (tokens) ``model`` takes (:attr:`SimCSEModel.max_input_tokens`)."""
+    return model.max_input_tokens
 
 
 def _default_device() -> str:
@@ -211,14 +216,17 @@ class SimCSE:
                 raise ValueError(f"{name} must have shape ({self.hidden_size},) or (n, {self.hidden_size}), "
                                  f"got {tuple(a.shape)}")
             single = a.ndim == 1
-            a = np.atleast_2d(a).astype(np.float32)
+            a = np.atleast_2d(a).astype(np.float64)
             if not np.isfinite(a).all():
                 raise ValueError(f"{name}[{int(np.flatnonzero(~np.isfinite(a).all(axis=1))[0])}] has a NaN or inf")
         else:
             items, single = _check_sentences(x, name)
             a = self.encode(items, return_numpy=True, normalize_to_unit=False, **encode_kwargs)
+        # scale rows to unit length in float64 (then float32): float32 norms of huge vectors overflow to inf
+        a = np.asarray(a, dtype=np.float64)
+        a = a / np.maximum(np.abs(a).max(axis=1, keepdims=True), 1e-300)  # max-abs 1: the norm cannot overflow
         norms = np.linalg.norm(a, axis=1, keepdims=True)
-        return a / np.maximum(norms, 1e-12), single
+        return (a / np.maximum(norms, 1e-12)).astype(np.float32), single
 
     def similarity(self, queries, keys, **encode_kwargs) -> float | np.ndarray:
         """Cosine similarity between queries and keys.

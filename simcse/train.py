@@ -34,27 +34,55 @@ def parse_args(argv: list[str]):
         argv = prefix + argv[1:]
     try:
         return parser.parse_args_into_dataclasses(args=argv)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
 
 
 def build(model_args, data_args, training_args):
-    """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet)."""
-    from .data import ContrastiveCollator, load_sentence_dataset, tokenize_dataset
-    from .modeling import SimCSEModel
+    """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet).
+
+    The ablation flags (docs/ablations.md) are wired here: ``--dropout`` (and ``--augmentation_with_dropout
+    false``, which means dropout 0) rewrites the encoder config before loading; ``--objective`` builds
+    consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
+    text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
+    """
+    from .data import ContrastiveCollator, load_next_sentence_dataset, load_sentence_dataset, tokenize_dataset
+    from .modeling import DualEncoderModel, SimCSEModel, encoder_config_with_dropout
     from .trainer import SimCSETrainer
 
+    augmentation = model_args.augmentation
+    dropout = model_args.dropout
+    if augmentation != "none" and not model_args.augmentation_with_dropout:
+        dropout = 0.0
     try:
+        hf_kwargs = {}
+        if dropout is not None:
+            hf_kwargs["config"], names = encoder_config_with_dropout(
+                model_args.model_name_or_path, dropout, trust_remote_code=model_args.trust_remote_code)
+            logger.info("dropout p=%g set on config attributes %s", dropout, names)
         model = SimCSEModel.from_pretrained(
             model_args.model_name_or_path,
             pooler_type=model_args.pooler_type,
             mlp_only_train=model_args.mlp_only_train,
             new_mlp_init="random",
             trust_remote_code=model_args.trust_remote_code,
+            **hf_kwargs,
         )
-        ds, columns = load_sentence_dataset(data_args.train_file, data_args.max_train_samples)
+        if data_args.objective != "simcse":
+            ds, columns = load_next_sentence_dataset(data_args.train_file, data_args.objective,
+                                                     seed=training_args.seed, max_train_samples=data_args.max_train_samples)
+        else:
+            ds, columns = load_sentence_dataset(data_args.train_file, data_args.max_train_samples,
+                                                neutral=data_args.neutral_as_negative)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
+    if data_args.no_hard_negatives and "hard_neg" in columns:
+        ds, columns = ds.remove_columns("hard_neg"), [c for c in columns if c != "hard_neg"]
+        logger.info("--no_hard_negatives: training on (sent0, sent1) pairs only")
+    if (model_args.fixed_dropout or augmentation != "none") and columns != ["sent0"]:
+        flag = "--fixed_dropout" if model_args.fixed_dropout else "--augmentation"
+        raise SetupError(f"{flag} makes both views from one sentence: it needs a one-sentence-per-line .txt "
+                         f"train_file and --objective simcse (got views {columns})")
     if model_args.do_mlm:
         try:
             model.attach_mlm_head(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
@@ -62,8 +90,11 @@ def build(model_args, data_args, training_args):
             raise SetupError(str(e)) from e
     if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
         raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
-    with training_args.main_process_first(desc="tokenizing"):
-        ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+    if augmentation == "none":
+        with training_args.main_process_first(desc="tokenizing"):
+            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+    else:
+        training_args.remove_unused_columns = False  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
     tok = model.tokenizer
     collator = ContrastiveCollator(
@@ -75,6 +106,24 @@ def build(model_args, data_args, training_args):
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
     )
+    if augmentation != "none":
+        from .augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
+
+        if augmentation == "mlm":
+            try:
+                mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+            except (ValueError, OSError) as e:
+                raise SetupError(str(e)) from e
+            replacer = MLMReplacer(mlm, tok.mask_token_id, tok.all_special_ids, model_args.augmentation_ratio)
+            collator = AugmentingCollator(tok, collator, data_args.max_seq_length, token_augment=replacer, seed=training_args.seed)
+        else:
+            collator = AugmentingCollator(tok, collator, data_args.max_seq_length,
+                                          word_augment=word_augmenter(augmentation, model_args.augmentation_ratio),
+                                          seed=training_args.seed)
+        logger.info("augmentation %s (ratio %g) on the positive view, dropout %s", augmentation,
+                    model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
+    if model_args.two_encoders:
+        model = DualEncoderModel(model)
     return SimCSETrainer(
         model=model,
         args=training_args,
@@ -86,6 +135,7 @@ def build(model_args, data_args, training_args):
         mlm_weight=model_args.mlm_weight,
         senteval_dir=data_args.senteval_dir,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
+        fixed_dropout=model_args.fixed_dropout,
     )
 
 

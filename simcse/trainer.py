@@ -5,12 +5,16 @@ caching is on: the two-pass GradCache computation of :mod:`simcse.gradcache`; ot
 ``evaluate`` (STS-B / SICK-R dev Spearman instead of a prediction loop), and the three model-persistence hooks
 ``_save``,
 ``_load_from_checkpoint`` and ``_load_best_model`` (the model is a composed ``nn.Module`` with its own
-safetensors format, as sentence-transformers' trainer does for its models). The training loop itself is
+safetensors format, as sentence-transformers' trainer does for its models). ``_save_checkpoint`` wraps HF's
+own to make each ``checkpoint-N`` folder appear complete or not at all. The training loop itself is
 HF's, untouched.
 """
 from __future__ import annotations
 
+import glob
+import logging
 import os
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +26,8 @@ from .gradcache import cuda_devices_of, grad_cache_step, split_chunks
 from .losses import info_nce
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+_TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +53,8 @@ class SimCSETrainer(Trainer):
         gradient_cache_chunk_size: None or 0: off. Otherwise the number of *examples* (each with its V views)
             the encoder runs on at once; the loss is still over the whole per-device batch (GradCache, see
             :meth:`training_step` and :mod:`simcse.gradcache`).
+        fixed_dropout: paper Table 3 "fixed 0.1": encode only view 0 of each (identical-view) example and use
+            that embedding for every view, so both views carry the same dropout mask (see :meth:`_embed`).
 
     Batches are (B, V, L) from :class:`simcse.data.ContrastiveCollator`; V = 2 (two dropout views of the same
     sentence, or a positive pair) or 3 (with a hard negative). All B*V rows go through the encoder in one pass.
@@ -78,7 +86,7 @@ class SimCSETrainer(Trainer):
 
     def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
                  senteval_dir: str | None = None, eval_max_length: int = 128,
-                 gradient_cache_chunk_size: int | None = None, **kwargs):
+                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
@@ -94,6 +102,7 @@ class SimCSETrainer(Trainer):
         self.senteval_dir = senteval_dir
         self.eval_max_length = eval_max_length
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
+        self.fixed_dropout = bool(fixed_dropout)
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
 
@@ -132,14 +141,27 @@ class SimCSETrainer(Trainer):
         return {k: inputs[k].reshape(batch * views, -1) for k in _INPUT_KEYS if k in inputs}
 
     def _embed(self, model, inputs) -> torch.Tensor:
-        """Encode all views of a (B, V, L) batch in one forward call -> (B, V, H) embeddings."""
+        """Encode all views of a (B, V, L) batch in one forward call -> (B, V, H) embeddings.
+
+        Ablations (docs/ablations.md): a model with ``takes_views`` (:class:`simcse.modeling.DualEncoderModel`)
+        gets the (B, V, L) batch itself and routes the views to its encoders. With ``fixed_dropout`` only view 0
+        is encoded (B rows, one dropout mask per sentence) and its (B, H) embedding is repeated for every view:
+        identical to encoding the identical views with identical masks, forward and backward.
+        """
         batch, views = inputs["input_ids"].shape[:2]
+        if getattr(self.accelerator.unwrap_model(model), "takes_views", False):
+            return model(**{k: inputs[k] for k in _INPUT_KEYS if k in inputs})
+        if self.fixed_dropout:
+            z = model(**{k: inputs[k][:, 0] for k in _INPUT_KEYS if k in inputs})  # (B, H)
+            return z.unsqueeze(1).expand(batch, views, z.shape[-1])
         return model(**self._flat_inputs(inputs)).view(batch, views, -1)
 
     def contrastive_loss(self, z: torch.Tensor) -> torch.Tensor:
         """InfoNCE of this rank's (B, V, H) embeddings (V = 2 or 3) -> float32 scalar.
 
-        Queries are view 0; keys are view 1 (positives) and view 2 (hard negatives, when V = 3). Under
+        Queries are view 0; keys are view 1 (positives) and view 2 (hard negatives, when V = 3); views 3..
+        (the neutral hypotheses of ``--neutral_as_negative``, paper Table 7) are more negatives of weight 1,
+        their logits appended to Eq. 5's denominator. Under
         torch.distributed the keys of all ranks are gathered with gradients and this rank's positives are at
         ``rank * B + arange(B)``; the loss is the mean over this rank's B queries (see the class docstring for
         why this gives the gradient of the global mean).
@@ -147,13 +169,38 @@ class SimCSETrainer(Trainer):
         batch, views = z.shape[:2]
         z1, z2 = z[:, 0], z[:, 1]  # queries, positives: (B, H)
         z3 = z[:, 2] if views > 2 else None  # hard negatives: (B, H)
+        extra = [z[:, v] for v in range(3, views)]  # more negatives (neutral): (B, H) each
         rank, world = world_info()
         labels = None
         if world > 1:
             z2 = all_gather_with_grad(z2)  # (W*B, H)
             z3 = all_gather_with_grad(z3) if z3 is not None else None
+            extra = [all_gather_with_grad(e) for e in extra]
             labels = torch.arange(batch, device=z.device) + rank * batch
+        if extra:
+            return self._info_nce_extra_negatives(z1, z2, z3, extra, labels)
         return info_nce(z1, z2, z3, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
+
+    def _info_nce_extra_negatives(self, z1, z2, z3, extra, labels) -> torch.Tensor:
+        """Eq. 5 with more negatives: logits [z1.z2 | z1.z3 (+log alpha on the own one) | z1.e for e in extra].
+
+        z1: (B, H); z2, z3 and each e: (M, H). Returns the mean cross-entropy (float32 scalar).
+        """
+        import math
+
+        from .losses import cosine_logits
+
+        batch = z1.shape[0]
+        if labels is None:
+            labels = torch.arange(batch, device=z1.device)
+        hard = cosine_logits(z1, z3, self.temp)  # (B, M)
+        if self.hard_negative_weight != 1.0:
+            alpha = self.hard_negative_weight
+            bonus = torch.zeros_like(hard)
+            bonus[torch.arange(batch, device=hard.device), labels] = math.log(alpha) if alpha > 0 else float("-inf")
+            hard = hard + bonus
+        logits = torch.cat([cosine_logits(z1, z2, self.temp), hard, *[cosine_logits(z1, e, self.temp) for e in extra]], dim=1)
+        return torch.nn.functional.cross_entropy(logits, labels)
 
     def _mlm_loss(self, model, inputs, n_masked: int | None = None) -> torch.Tensor:
         """Auxiliary MLM cross-entropy (float32 scalar) of a (b, V, L) batch with ``mlm_input_ids``/``mlm_labels``.
@@ -274,7 +321,69 @@ class SimCSETrainer(Trainer):
         with open(os.path.join(output_dir, "training_args.json"), "w") as f:
             f.write(self.args.to_json_string())
 
+    def _get_output_dir(self, trial) -> str:
+        # While _save_checkpoint stages a checkpoint, HF's run folder is the staging folder (see there).
+        staging = getattr(self, "_staging_run_dir", None)
+        return staging if staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """HF's checkpoint save, made atomic: ``checkpoint-N`` appears complete or not at all.
+
+        HF writes ``<run_dir>/checkpoint-N`` file by file (model, optimizer, scheduler, RNG states, trainer
+        state), so a kill or an error in between would leave a folder that looks like the newest checkpoint
+        but cannot be resumed. Here HF's own ``_save_checkpoint`` runs unchanged with its run folder pointed
+        at a hidden staging folder ``<run_dir>/.checkpoint-N.partial`` (which HF's checkpoint discovery and
+        rotation ignore); when it has returned, the complete folder is moved to ``checkpoint-N`` by one rename,
+        and only then are old checkpoints rotated (``save_total_limit``; HF's rotation never deletes
+        ``best_model_checkpoint``), so a failed save costs no earlier checkpoint. A save that raises removes
+        its staging folder; one left by a killed process is removed by the next save.
+        """
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+        run_dir = self._get_output_dir(trial=trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = os.path.join(run_dir, f".{name}.partial")
+        if self.args.should_save:
+            for leftover in glob.glob(os.path.join(glob.escape(run_dir), f".{PREFIX_CHECKPOINT_DIR}-*.partial")):
+                shutil.rmtree(leftover, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self._staging_run_dir = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        except BaseException:
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        finally:
+            self._staging_run_dir = None
+        # HF recorded the best checkpoint under the folder it saw (the staging one when this step is the best).
+        recorded = self.state.best_model_checkpoint
+        if recorded is not None and os.path.dirname(os.path.normpath(recorded)) == os.path.normpath(staging):
+            self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(os.path.normpath(recorded)))
+        self.accelerator.wait_for_everyone()  # every process has written its files (rng_state_<rank>.pth)
+        if self.args.should_save:
+            staged, final = os.path.join(staging, name), os.path.join(run_dir, name)
+            if recorded != self.state.best_model_checkpoint:
+                self.state.save_to_json(os.path.join(staged, _TRAINER_STATE_NAME))
+            if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
+                old = os.path.join(staging, "replaced")
+                os.replace(final, old)
+            os.replace(staged, final)
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+        self.accelerator.wait_for_everyone()
+
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        if not os.path.isfile(os.path.join(resume_from_checkpoint, _TRAINER_STATE_NAME)):
+            raise ValueError(
+                f"resume_from_checkpoint {resume_from_checkpoint!r} is not a complete training checkpoint: "
+                f"{_TRAINER_STATE_NAME} is missing; expected a checkpoint-N folder written during training "
+                "(a folder saved by save_model holds the weights only)"
+            )
+        if not any(os.path.isfile(os.path.join(resume_from_checkpoint, f)) for f in ("optimizer.pt", "optimizer.bin")):
+            logger.warning("%s has no optimizer state (saved with save_only_model?): the optimizer restarts from "
+                           "scratch and the resumed run will differ from an uninterrupted one", resume_from_checkpoint)
         (model if model is not None else self.model).load_weights(resume_from_checkpoint)
 
     def _load_best_model(self) -> None:

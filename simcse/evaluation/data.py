@@ -172,14 +172,32 @@ def _cached(fn):
     return wrapper
 
 
+def _not_decodable(path: Path, encoding: str, err: UnicodeDecodeError) -> ValueError:
+    """A ValueError naming the file, line and byte that ``encoding`` cannot decode."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                raw.decode(encoding)
+            except UnicodeDecodeError as e:
+                return ValueError(f"{path}:{i}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not valid "
+                                  f"{encoding}; expected a {encoding} text file as SentEval distributes it")
+    return ValueError(f"{path}: not valid {encoding} ({err})")
+
+
 def _read_lines(path: Path, encoding: str) -> list[str]:
-    with open(path, encoding=encoding, newline=None) as f:
-        return f.read().splitlines()
+    try:
+        with open(path, encoding=encoding, newline=None) as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise _not_decodable(path, encoding, e) from None
 
 
 def _rows(path: Path, encoding: str = "utf-8") -> list[list[str]]:
-    with open(path, encoding=encoding) as f:
-        return [line.strip().split("\t") for line in f]
+    try:
+        with open(path, encoding=encoding) as f:
+            return [line.strip().split("\t") for line in f]
+    except UnicodeDecodeError as e:
+        raise _not_decodable(path, encoding, e) from None
 
 
 def _float(text: str, path: Path, line_no: int) -> float:

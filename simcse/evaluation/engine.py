@@ -16,7 +16,8 @@ import numpy as np
 
 from . import data as D
 from .sts import cosine_similarity, score_sts
-from .transfer import ClassifierConfig, check_finite, inner_kfold, kfold_then_test, pair_features, split_select
+from .transfer import (ClassifierConfig, check_finite, check_labels, inner_kfold, kfold_then_test, pair_features,
+                       split_select)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,9 @@ class _Task:
     def sentences(self) -> Iterable[str]:
         raise NotImplementedError
 
+    def check(self, cfg: ClassifierConfig) -> None:
+        """Raise ValueError before any encoding when the task's data cannot be evaluated (transfer labels)."""
+
     def run(self, emb: Embeddings, cfg: ClassifierConfig) -> dict:
         raise NotImplementedError
 
@@ -97,6 +101,9 @@ class _Binary(_Task):
     def sentences(self):
         return self.data.sentences
 
+    def check(self, cfg):
+        check_labels(self.data.labels, self.name, "all", cfg, nested=True)
+
     def run(self, emb, cfg):
         return inner_kfold(check_finite(emb(self.data.sentences), self.name), self.data.labels, cfg)
 
@@ -111,6 +118,9 @@ class _SST2(_Task):
     def sentences(self):
         for d in self.data.values():
             yield from d.sentences
+
+    def check(self, cfg):
+        check_labels(self.data["train"].labels, self.name, "train")
 
     def run(self, emb, cfg):
         x = {k: check_finite(emb(d.sentences), self.name) for k, d in self.data.items()}
@@ -128,6 +138,9 @@ class _TREC(_Task):
     def sentences(self):
         for d in self.data.values():
             yield from d.sentences
+
+    def check(self, cfg):
+        check_labels(self.data["train"].labels, self.name, "train", cfg)
 
     def run(self, emb, cfg):
         tr, te = self.data["train"], self.data["test"]
@@ -147,6 +160,9 @@ class _MRPC(_Task):
         for d in self.data.values():
             yield from d.sent1
             yield from d.sent2
+
+    def check(self, cfg):
+        check_labels(self.data["train"].labels, self.name, "train", cfg)
 
     def run(self, emb, cfg):
         from sklearn.metrics import f1_score
@@ -257,6 +273,8 @@ def evaluate(
     check_data(folder, names)
     cfg = ClassifierConfig(kfold=kfold or (10 if mode == "test" else 5), seed=seed, n_jobs=n_jobs)
     plan = [_make_task(n, folder, splits) for n in names]
+    for task in plan:
+        task.check(cfg)
     emb = _encode_once(encode, (s for t in plan for s in t.sentences()))
     results = {}
     for task in plan:

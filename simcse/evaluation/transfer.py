@@ -106,6 +106,52 @@ def _folds(y, cfg: ClassifierConfig):
     return StratifiedKFold(n_splits=cfg.kfold, shuffle=True, random_state=cfg.seed)
 
 
+def check_labels(y: np.ndarray, task: str, split: str = "train", cfg: ClassifierConfig | None = None,
+                 nested: bool = False) -> None:
+    """Fail early, naming the task, the split and the fold, when a classifier could not be fitted.
+
+    A logistic regression needs two labels in its training data. Checked: ``y`` holds at least two labels
+    and, with ``cfg`` (stratified ``cfg.kfold``-fold cross-validation, seeded by ``cfg.seed``), that the training
+    part of every fold (with ``nested``, also of every inner fold of every outer training part, as
+    :func:`inner_kfold` uses them) holds at least two labels. The folds are the ones the evaluation uses.
+
+    Raises:
+        ValueError: the message gives the label counts and what would be needed.
+    """
+    y = np.asarray(y)
+    labels, counts = np.unique(y, return_counts=True)
+    count_text = ", ".join(f"label {int(a)}: {int(c)}" for a, c in zip(labels, counts)) or "no examples"
+    if len(labels) < 2:
+        raise ValueError(f"{task} ({split}): a classifier needs examples of at least 2 labels, got {count_text}")
+    if cfg is None:
+        return
+    kfold = cfg.kfold
+    hint = (f"stratified {kfold}-fold cross-validation needs about {kfold if not nested else kfold + 2} or more "
+            f"examples of each label ({count_text}); use {'fewer folds (mode fasttest) or ' if kfold > 5 else ''}"
+            "more data")
+
+    def check(yy, outer=None):
+        part = "the data" if outer is None else f"the training part of outer fold {outer}"
+        try:
+            splits = list(_folds(yy, cfg).split(np.zeros(len(yy)), yy))
+        except ValueError as e:  # sklearn: fewer examples than folds
+            raise ValueError(f"{task} ({split}): {part} cannot be split into {kfold} folds ({e}); {hint}") from None
+        for i, (tr, _) in enumerate(splits, 1):
+            present = np.unique(yy[tr])
+            fold = f"fold {i} of {kfold}" if outer is None else f"inner fold {i} of outer fold {outer}"
+            if len(present) < 2:
+                raise ValueError(f"{task} ({split}): the training part of {fold} holds only label "
+                                 f"{int(present[0])}; {hint}")
+            if nested and outer is None:
+                check(yy[tr], i)
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # sklearn: "least populated class has only n members"
+        check(y)
+
+
 def _cv_scores(X, y, regs, cfg: ClassifierConfig) -> list[float]:
     """Mean k-fold accuracy (rounded %) per ``C``; folds are not parallelised here."""
     per_fold = [accuracy_path(X[tr], y[tr], [(X[te], y[te])], regs, cfg)[:, 0] for tr, te in _folds(y, cfg).split(X, y)]
