@@ -190,7 +190,10 @@ class AugmentingCollator:
     Examples are mappings with a text column ``text_column``. View 0 is the tokenised sentence, view 1 the
     tokenised ``word_augment(sentence)`` (word-level) or ``token_augment(view-0 ids)`` (``mlm``). Tokenisation
     truncates to ``max_seq_length``; padding and the output keys are those of ``base``
-    (:class:`simcse.data.ContrastiveCollator`). ``seed`` seeds the one ``random.Random`` all draws come from.
+    (:class:`simcse.data.ContrastiveCollator`). ``seed`` seeds the one ``random.Random`` all draws come from
+    (inside a DataLoader worker, ``seed`` and the worker id, so workers do not repeat each other's draws;
+    a run is reproducible for a fixed ``dataloader_num_workers``). The ``mlm`` augmenter runs its model on
+    the CPU inside the collator.
 
     Raises:
         ValueError: neither or both of ``word_augment``/``token_augment`` given; an example without the
@@ -212,6 +215,11 @@ class AugmentingCollator:
         self.rng = random.Random(self.seed)
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None and not getattr(self, "_worker_seeded", False):
+            # each DataLoader worker holds a copy of this collator: give each its own stream
+            self.rng = random.Random(self.seed * 1_000_003 + worker.id + 1)
+            self._worker_seeded = True
         try:
             texts = [f[self.text_column] for f in features]
         except KeyError:

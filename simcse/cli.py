@@ -126,11 +126,11 @@ def _dtype(args):
 def cmd_encode(args) -> int:
     import numpy as np
 
-    sentences = _read_lines(args.input, args.skip_blank)
-    tool = _tool(args, args.model)
     out = Path(args.output)
     if out.suffix != ".npy":
         raise CLIError(f"--output {args.output!r} must end in .npy")
+    sentences = _read_lines(args.input, args.skip_blank)
+    tool = _tool(args, args.model)
     out.parent.mkdir(parents=True, exist_ok=True)
     # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM
     arr = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
@@ -171,6 +171,10 @@ def cmd_search(args) -> int:
         model = json.loads(meta.read_text()).get("model_name_or_path")
         if not model:
             raise CLIError(f"{meta} does not name the model: pass --model")
+    from .index import INDEX_CONFIG_NAME
+
+    if not (Path(args.index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
+        raise CLIError(f"--index {args.index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
     tool = _tool(args, model)
     tool.load_index(args.index)
     results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,

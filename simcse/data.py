@@ -68,6 +68,26 @@ def _first_non_utf8_line(p: Path) -> str | None:
     return None
 
 
+def _string_features(p: Path, sep: str):
+    """``datasets.Features`` reading every column of the CSV ``p`` as text, or None when its header is unusual.
+
+    Without it pandas infers column types, and a column whose cells all look like numbers or booleans
+    ("1", "2.5", "True") would become numeric and every row would be dropped as incomplete.
+    """
+    import csv
+
+    import datasets
+
+    try:
+        with _open_bytes(p) as f:
+            header = next(csv.reader([f.readline().decode("utf-8-sig")], delimiter=sep), [])
+    except (UnicodeDecodeError, csv.Error, OSError):
+        return None
+    if not header or len(set(header)) != len(header) or not all(h.strip() for h in header):
+        return None  # pandas renames such columns itself; let it infer types there
+    return datasets.Features({h: datasets.Value("string") for h in header})
+
+
 def _count_nonblank_lines(p: Path) -> int:
     with _open_bytes(p) as f:
         return sum(1 for raw in f if raw.strip())
@@ -96,7 +116,8 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
             ds = datasets.load_dataset("text", data_files=str(p), split="train")
         else:
             sep = "\t" if p.name.endswith(".tsv") else ","
-            ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False)
+            ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False,
+                                       features=_string_features(p, sep))
     except (ValueError, UnicodeDecodeError, datasets.exceptions.DatasetGenerationError) as e:
         bad = _first_non_utf8_line(p)
         if bad is not None:

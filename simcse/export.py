@@ -59,8 +59,6 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     """
     from safetensors.torch import save_file
 
-    from .tool import model_max_tokens
-
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
         raise ValueError(
@@ -73,7 +71,7 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     model.save_pretrained(out)  # encoder + tokenizer in the root (the Transformer module) + simcse files
     hidden = model.hidden_size
     (out / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": min(max_seq_length, model_max_tokens(model)), "do_lower_case": False}, indent=2)
+        json.dumps({"max_seq_length": min(max_seq_length, model.max_input_tokens), "do_lower_case": False}, indent=2)
         + "\n")
     mode = ST_POOLING_MODES[model.pooler_type]
     pooling_dir = out / "1_Pooling"

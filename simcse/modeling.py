@@ -62,7 +62,17 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     if kwargs.get("weights_only", True) is not True:
         raise ValueError("weights_only=False is refused: simcse loads pickle-based weight files (pytorch_model.bin) "
                          "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
-    encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    import pickle
+
+    try:
+        encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    except pickle.UnpicklingError as e:  # torch.load(weights_only=True) met an object that is not a tensor
+        detail = next((line for line in str(e).splitlines() if "GLOBAL" in line), "").strip()
+        raise ValueError(
+            f"refusing to load the pickle-based weights of {path!r}: they hold objects other than tensors, which "
+            f"only an unsafe torch.load(weights_only=False) would run{f' ({detail})' if detail else ''}; "
+            "expected model.safetensors (convert trusted weights with safetensors)"
+        ) from None
     hf_pooler = getattr(encoder, "pooler", None)
     if not isinstance(hf_pooler, nn.Module):
         return encoder, None
@@ -222,7 +232,7 @@ class SimCSEModel(nn.Module):
         """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
 
         All sentences are tokenised up front (one fast-tokenizer call per 8,192 sentences, ids kept in one
-        flat int64 array), then batches of ``batch_size`` are cut from the list sorted by *token* length, so
+        flat int32 array), then batches of ``batch_size`` are cut from the list sorted by *token* length, so
         a batch carries almost no padding. ``max_length`` truncates (tokens, special tokens included; capped at
         :attr:`max_input_tokens`, the encoder's position table); when
         any sentence is cut, one ``UserWarning`` gives how many. ``dtype`` (e.g. ``torch.bfloat16``) runs
@@ -266,7 +276,7 @@ class SimCSEModel(nn.Module):
             for k in keys:
                 if k in enc:
                     rows = enc[k]
-                    flat.setdefault(k, []).append(np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64))
+                    flat.setdefault(k, []).append(np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32))
         flat_arr = {k: np.concatenate(v) for k, v in flat.items()}
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])

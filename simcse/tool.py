@@ -85,11 +85,6 @@ def _chunks(it, size: int) -> Iterator[list]:
         yield buf
 
 
-def model_max_tokens(model: SimCSEModel) -> int:
-    """The longest input (tokens) ``model`` takes (:attr:`SimCSEModel.max_input_tokens`)."""
-    return model.max_input_tokens
-
-
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -105,8 +100,8 @@ class SimCSE:
             else CPU. An explicit device is used as given.
         pooler: pooler name (:data:`simcse.POOLERS`); overrides the saved one. For a plain HF encoder the
             default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
-        max_length: default truncation length in tokens for :meth:`encode` (capped at what the model's
-            position embeddings allow).
+        max_length: default truncation length in tokens for :meth:`encode` (capped at
+            :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
         model_kwargs: more :meth:`SimCSEModel.from_pretrained` options (``mlp_only_train``, ``torch_dtype``,
             ``attn_implementation``, ``trust_remote_code``...).
 
@@ -151,9 +146,6 @@ class SimCSE:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
         return int(v)
 
-    def _max_tokens(self) -> int:
-        return model_max_tokens(self.model)
-
     # ------------------------------------------------------------------------------------------ encode
     def encode(
         self,
@@ -193,7 +185,6 @@ class SimCSE:
         items, single = _check_sentences(sentences)
         batch_size = self._check_positive(batch_size, "batch_size")
         max_length = self._check_positive(self.max_length if max_length is None else max_length, "max_length")
-        max_length = min(max_length, self._max_tokens())
         if device is not None:
             self.device = torch.device(device)
             self.model.to(self.device)
