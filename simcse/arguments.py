@@ -36,6 +36,19 @@ class ModelArguments:
                           "replayed). Activation memory is one chunk's, for one extra forward pass. "
                           "0 or unset: off."},
     )
+    # ---- speed (docs/performance.md); none of these changes what is computed
+    padding_free: bool = field(
+        default=True,
+        metadata={"help": "Run the encoder on the real tokens only: padding is dropped before the encoder and "
+                          "attention runs per sentence (SimCSEModel.set_unpadded). Same embeddings up to float "
+                          "rounding; on wiki sentences cut at 32 tokens about 25%% less compute per step. Encoders "
+                          "that do not support it keep the padded forward (with a warning)."},
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "
+                          "for BERT/RoBERTa) or 'eager'. Unset: transformers' choice."},
+    )
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,
@@ -71,6 +84,8 @@ class ModelArguments:
 
     def __post_init__(self):
         get_pooler(self.pooler_type)
+        if self.attn_implementation not in (None, "sdpa", "eager"):
+            raise ValueError(f"--attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
         if self.dropout is not None and (isinstance(self.dropout, bool) or not 0 <= self.dropout < 1):
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.augmentation not in AUGMENTATIONS:

@@ -56,6 +56,8 @@ def build(model_args, data_args, training_args):
         dropout = 0.0
     try:
         hf_kwargs = {}
+        if model_args.attn_implementation is not None:
+            hf_kwargs["attn_implementation"] = model_args.attn_implementation
         if dropout is not None:
             hf_kwargs["config"], names = encoder_config_with_dropout(
                 model_args.model_name_or_path, dropout, trust_remote_code=model_args.trust_remote_code)
@@ -76,6 +78,8 @@ def build(model_args, data_args, training_args):
                                                 neutral=data_args.neutral_as_negative)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
+    if model_args.padding_free and model.set_unpadded(True):
+        logger.info("padding-free encoder forward: on")
     if data_args.no_hard_negatives and "hard_neg" in columns:
         ds, columns = ds.remove_columns("hard_neg"), [c for c in columns if c != "hard_neg"]
         logger.info("--no_hard_negatives: training on (sent0, sent1) pairs only")

