@@ -1,0 +1,207 @@
+"""Speed options keep results equal (docs/performance.md): padding-free forward, attention kernel choice,
+and the FLOP/token accounting of scripts/benchmark_train.py."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+import simcse.modeling as modeling
+from conftest import SENTENCES
+from simcse.modeling import SimCSEModel
+
+POOLERS = ["cls", "avg", "avg_first_last", "avg_top2"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _batch(model, sentences, **kw):
+    return model.tokenizer(sentences, return_tensors="pt", padding=True, **kw)
+
+
+def _pair(folder, pooler, **kw):
+    """(padded model, padding-free model) with the same weights, in eval mode."""
+    padded = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, **kw).eval()
+    free = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, **kw).eval()
+    free.load_state_dict(padded.state_dict())
+    assert free.set_unpadded(True) is True
+    return padded, free
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_padding_free_forward_equals_padded(request, arch, pooler):
+    padded, free = _pair(request.getfixturevalue(f"tiny_{arch}_dir"), pooler)
+    batch = _batch(padded, SENTENCES)
+    assert (batch["attention_mask"] == 0).any(), "the batch must contain padding for the test to mean anything"
+    with torch.no_grad():
+        torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
+    assert free.encoder.config._attn_implementation == modeling.UNPADDED_ATTENTION
+    assert not padded.unpadded
+
+
+def test_padding_free_left_padding_and_extra_padding(tiny_bert_dir):
+    """Positions are the padded batch's (BERT counts from column 0 whatever the padding side)."""
+    padded, free = _pair(tiny_bert_dir, "avg")
+    padded.tokenizer.padding_side = "left"
+    batch = padded.tokenizer(SENTENCES[:5], return_tensors="pt", padding="max_length", max_length=20)
+    with torch.no_grad():
+        torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_free_gradients_equal_padded(tiny_bert_dir):
+    """Without dropout (eval mode) the parameter gradients of a contrastive loss match."""
+    from simcse.losses import info_nce
+
+    padded, free = _pair(tiny_bert_dir, "cls")
+    batch = _batch(padded, SENTENCES)
+    grads = []
+    for model in (padded, free):
+        z = model(**batch)
+        info_nce(z[:6], z[6:], temp=0.05).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_padding_free_dropout_is_on_in_training_and_seeded(tiny_bert_dir):
+    _, free = _pair(tiny_bert_dir, "avg")
+    batch = _batch(free, SENTENCES)
+    free.train()
+    torch.manual_seed(3)
+    a = free(**batch)
+    b = free(**batch)
+    torch.manual_seed(3)
+    c = free(**batch)
+    assert not torch.allclose(a, b), "dropout must differ between two training forwards"
+    torch.testing.assert_close(a, c)  # the same seed draws the same masks
+    free.eval()
+    with torch.no_grad():
+        e1, e2 = free(**batch), free(**batch)
+    torch.testing.assert_close(e1, e2)
+
+
+def test_padding_free_falls_back_when_the_check_fails(tiny_bert_dir, monkeypatch, caplog):
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg")
+    before = model.encoder.config._attn_implementation
+    real = modeling._padded_position_ids
+    monkeypatch.setattr(modeling, "_padded_position_ids", lambda enc, ids: real(enc, ids).flip(-1))  # wrong positions
+    with caplog.at_level(logging.WARNING, logger="simcse.modeling"):
+        assert model.set_unpadded(True) is False
+    assert "padding-free forward is off" in caplog.text and "differ" in caplog.text
+    assert not model.unpadded and model.encoder.config._attn_implementation == before
+
+
+def test_padding_free_toggle_and_save(tiny_bert_dir, tmp_path):
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").eval()
+    before = model.encoder.config._attn_implementation
+    assert model.set_unpadded(True) and model.set_unpadded(True)  # idempotent
+    model.save_pretrained(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert modeling.UNPADDED_ATTENTION not in json.dumps(cfg)  # a saved model never names our kernel
+    again = SimCSEModel.from_pretrained(str(tmp_path / "m"))
+    assert not again.unpadded
+    batch = _batch(model, SENTENCES)
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch), model(**batch), rtol=1e-5, atol=1e-5)
+    assert model.set_unpadded(False) is False
+    assert model.encoder.config._attn_implementation == before
+
+
+def test_padded_calls_still_work_with_the_kernel_registered(tiny_bert_dir):
+    """A direct padded encoder call (as the MLM head makes) falls back to SDPA with the padding mask."""
+    padded, free = _pair(tiny_bert_dir, "avg")
+    batch = _batch(padded, SENTENCES)
+    with torch.no_grad():
+        ref = padded.encoder(**batch).last_hidden_state
+        got = free.encoder(**batch).last_hidden_state
+    keep = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[keep], ref[keep], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pooler", ["avg", "cls"])
+def test_eager_and_sdpa_attention_give_the_same_embeddings(tiny_bert_dir, pooler):
+    eager = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type=pooler, attn_implementation="eager").eval()
+    sdpa = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type=pooler, attn_implementation="sdpa").eval()
+    sdpa.load_state_dict(eager.state_dict())
+    assert eager.encoder.config._attn_implementation == "eager"
+    assert sdpa.encoder.config._attn_implementation == "sdpa"
+    batch = _batch(eager, SENTENCES)
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(**batch), eager(**batch), rtol=1e-5, atol=1e-5)
+
+
+def _train_losses(tmp_path, folder, train_txt, *extra):
+    from simcse import train as train_mod
+
+    captured = {}
+    real_build = train_mod.build
+
+    def spy_build(*a):
+        captured["trainer"] = real_build(*a)
+        return captured["trainer"]
+
+    train_mod.build = spy_build
+    try:
+        train_mod.main([
+            "--model_name_or_path", str(folder), "--train_file", str(train_txt), "--output_dir", str(tmp_path),
+            "--per_device_train_batch_size", "16", "--learning_rate", "1e-3", "--max_steps", "6",
+            "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--logging_steps", "1",
+            "--eval_before_training", "false", "--test_after_training", "false", "--seed", "0",
+            "--use_cpu", "true", "--dataloader_pin_memory", "false", "--pooler_type", "avg", "--dropout", "0", *extra,
+        ])
+    finally:
+        train_mod.build = real_build
+    trainer = captured["trainer"]
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h], trainer
+
+
+def test_training_with_and_without_padding_free_is_the_same(tmp_path, tiny_bert_dir, train_txt):
+    """With dropout 0 (nothing random in the step) the two forwards train identically, up to float rounding."""
+    free, t_free = _train_losses(tmp_path / "a", tiny_bert_dir, train_txt)
+    padded, t_padded = _train_losses(tmp_path / "b", tiny_bert_dir, train_txt, "--padding_free", "false")
+    assert t_free.model.unpadded and not t_padded.model.unpadded
+    assert len(free) == len(padded) == 6
+    for a, b in zip(free, padded):
+        assert a == pytest.approx(b, rel=1e-3, abs=1e-5), (free, padded)
+    assert free[-1] != free[0]  # it trained
+
+
+def test_bad_attn_implementation_is_refused(tiny_bert_dir, train_txt):
+    from simcse.arguments import ModelArguments
+
+    with pytest.raises(ValueError, match="attn_implementation"):
+        ModelArguments(model_name_or_path=str(tiny_bert_dir), attn_implementation="flash")
+
+
+# ------------------------------------------------------------------------------ benchmark accounting
+def _bench():
+    path = Path(__file__).resolve().parent.parent / "scripts" / "benchmark_train.py"
+    spec = importlib.util.spec_from_file_location("benchmark_train", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_flop_count_and_token_counter():
+    bench = _bench()
+    shape = {"layers": 6, "hidden": 384, "linear_params": 6 * (4 * 384 * 384 + 2 * 384 * 1536)}
+    # 6 FLOPs per linear weight per token, 12 * layers * hidden per squared length
+    assert bench.model_flops(shape, tokens=10, sum_sq_lengths=0) == 6 * shape["linear_params"] * 10
+    assert bench.model_flops(shape, tokens=0, sum_sq_lengths=4) == 12 * 6 * 384 * 4
+
+    mask = torch.tensor([[[1, 1, 1, 0], [1, 1, 1, 0]], [[1, 1, 0, 0], [1, 1, 0, 0]]])  # (B=2, V=2, L=4)
+    counter = bench._CountingCollator(lambda feats: {"attention_mask": mask}, lambda b: [b["attention_mask"]])
+    counter([{}])
+    assert counter.batches == [{"tokens": 10, "padded_tokens": 16, "sum_sq": 2 * 9 + 2 * 4, "padded_sum_sq": 4 * 16}]
