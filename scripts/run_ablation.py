@@ -8,7 +8,8 @@ alignment and uniformity (:func:`simcse.analysis.pairs_alignment_uniformity`, po
 gold > 4). It writes ``<output_dir>/table<T>.json``, one ``rows/<row>.json`` per finished row (a rerun skips
 those unless ``--overwrite``), ``table<T>_training_curve.png`` (Figure 2 style: each row's path in the
 (uniformity, alignment) plane from the untrained model to the final one) and ``table<T>_align_uniform.png``
-(Figure 3 style, coloured by STS-B dev).
+(Figure 3 style, coloured by STS-B dev). ``--align_every N`` adds a measurement every N training steps to the
+trajectories (:class:`simcse.callbacks.AlignUniformCallback`).
 
 CPU scale (the embedded default, all-MiniLM-L6-v2 and the wiki1m stand-in)::
 
@@ -115,6 +116,8 @@ def row_argv(row: dict, opts, out_dir: Path) -> list[str]:
     train_file = opts.sup_train_file if is_sup else opts.train_file
     if train_file:
         cfg["train_file"] = train_file
+    if opts.senteval_dir:
+        cfg["senteval_dir"] = opts.senteval_dir
     for key in ("max_steps", "max_train_samples", "per_device_train_batch_size", "learning_rate", "seed",
                 "max_seq_length", "per_device_eval_batch_size"):
         value = getattr(opts, key)
@@ -169,9 +172,15 @@ def run_row(row: dict, opts, out_root: Path) -> dict:
         trainer = build(model_args, data_args, training_args)
     except SetupError as e:
         return {"slug": slug, "name": row["name"], "paper": row["paper"], "error": str(e)}
+    curve_log = out_dir / "align_uniform.jsonl"
+    if opts.align_every:
+        from simcse.callbacks import AlignUniformCallback
+
+        AlignUniformCallback.attach(trainer, every_n_steps=opts.align_every, data_dir=data_args.senteval_dir,
+                                    at_start=False, log_file=curve_log)
     t0 = time.time()
     out = trainer.train()
-    train_s = time.time() - t0
+    train_s = time.time() - t0  # includes the --align_every measurements
     if opts.save_models:
         trainer.save_model(str(out_dir))
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -184,6 +193,10 @@ def run_row(row: dict, opts, out_root: Path) -> dict:
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
         "argv": argv,
     }
+    if opts.align_every and curve_log.is_file():
+        from simcse.callbacks import read_align_uniform_log
+
+        record["curve"] = [{k: r[k] for k in ("step", "align", "uniform")} for r in read_align_uniform_log(curve_log)]
     del trainer, model
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return record
@@ -219,7 +232,8 @@ def format_table(table: str, records: list[dict]) -> str:
 
 
 def make_plots(table: str, records: list[dict], out_root: Path) -> list[str]:
-    """Figure-2-style trajectories (untrained -> final, when the baseline was measured) and a Figure-3 scatter."""
+    """Figure-2-style trajectories (untrained -> [every --align_every steps] -> final, when the baseline was
+    measured) and a Figure-3 scatter of the final models."""
     from simcse.plots import plot_align_uniform, plot_training_curve
 
     done = [r for r in records if "error" not in r and r["slug"] != "untrained"]
@@ -228,8 +242,13 @@ def make_plots(table: str, records: list[dict], out_root: Path) -> list[str]:
     base = next((r for r in records if r["slug"] == "untrained"), None)
     written = []
     if base is not None:
-        runs = {r["name"]: [{"step": 0, "align": base["align"], "uniform": base["uniform"]},
-                            {"step": r["steps"], "align": r["align"], "uniform": r["uniform"]}] for r in done}
+        runs = {}
+        for r in done:
+            points = {0: {"step": 0, "align": base["align"], "uniform": base["uniform"]}}
+            for c in r.get("curve", []):  # --align_every measurements
+                points[c["step"]] = c
+            points[r["steps"]] = {"step": r["steps"], "align": r["align"], "uniform": r["uniform"]}
+            runs[r["name"]] = [points[k] for k in sorted(points)]
         written.append(str(plot_training_curve(runs, out_root / f"table{table}_training_curve.png",
                                                title=f"Table {table}: untrained -> final (STS-B dev)")))
     pts = ([base] if base is not None else []) + done
@@ -259,6 +278,9 @@ def parse(argv: list[str] | None = None):
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--paper_scale", action="store_true", help="keep the configs' model, data and schedule (GPU)")
     p.add_argument("--no_baseline", action="store_true", help="skip evaluating the untrained model")
+    p.add_argument("--align_every", type=int, default=None,
+                   help="also measure alignment/uniformity every N steps during training (Figure 2 has N = 10; "
+                        "each measurement encodes STS-B dev once)")
     p.add_argument("--save_models", action="store_true", help="save each final model under <output_dir>/runs/<row>")
     p.add_argument("--overwrite", action="store_true", help="rerun rows that already have rows/<row>.json")
     p.add_argument("--num_threads", type=int, default=None, help="torch CPU threads (1 is fastest on a loaded 2-core machine)")
@@ -281,8 +303,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         import torch
 
         torch.set_num_threads(opts.num_threads)
-    if opts.senteval_dir:
-        os.environ["SIMCSE_SENTEVAL_DIR"] = opts.senteval_dir
     try:
         rows = select_rows(load_rows(opts.table), opts.rows)
     except ValueError as e:

@@ -410,12 +410,14 @@ def test_run_ablation_end_to_end_writes_table_and_plots(tmp_path, tiny_bert_dir,
     argv = ["--table", "3", "--rows", "p0.0", "fixed0.1", "--model_name_or_path", str(tiny_bert_dir),
             "--train_file", str(train_txt), "--senteval_dir", str(data), "--max_steps", "2",
             "--per_device_train_batch_size", "8", "--output_dir", str(out)]
-    records = _runner().main(argv)
+    records = _runner().main(argv + ["--align_every", "1"])
     assert [r["slug"] for r in records] == ["untrained", "p0.0", "fixed0.1"]
     summary = json.loads((out / "table3.json").read_text())
     assert [r["slug"] for r in summary["rows"]] == ["untrained", "p0.0", "fixed0.1"]
     for r in summary["rows"][1:]:
         assert r["steps"] == 2 and np.isfinite(r["stsb_dev"]) and "--dropout" in r["argv"]
+        assert [c["step"] for c in r["curve"]] == [1, 2]
+        assert r["curve"][-1]["align"] == pytest.approx(r["align"]) and r["curve"][-1]["uniform"] == pytest.approx(r["uniform"])
     for png in ("table3_training_curve.png", "table3_align_uniform.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
