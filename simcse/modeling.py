@@ -137,10 +137,26 @@ def _unpadded_sdpa(module, query, key, value, attention_mask, dropout: float = 0
         out = tokens.new_zeros((rows * width, *tokens.shape[1:])).index_put((flat,), tokens)
         return out.view(rows, width, *tokens.shape[1:]).transpose(1, 2)
 
-    out = torch.nn.functional.scaled_dot_product_attention(pad(query), pad(key), pad(value), attn_mask=key_mask,
-                                                           dropout_p=dropout, scale=scaling)  # (N, h, L, d)
+    out = _attention_core(pad(query), pad(key), pad(value), key_mask, dropout, scaling)  # (N, h, L, d)
     out = out.transpose(1, 2).reshape(rows * width, heads, -1)[flat]  # (T, h, d)
     return out.unsqueeze(0), None
+
+
+def _attention_core(query, key, value, key_mask, dropout: float, scaling: float | None):
+    """softmax(q k^T * scaling, keys masked by ``key_mask``) -> dropout -> @ v, for (N, h, L, d) tensors.
+
+    On CPU with dropout, plain matmul / softmax / dropout (as transformers' eager attention): torch's SDPA
+    has no fused CPU kernel with dropout, and its fallback spends more on mask handling (measured ~10% of a
+    bf16 step on MiniLM, docs/performance.md). Otherwise SDPA (its fused kernels).
+    """
+    if dropout > 0 and query.device.type == "cpu":
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+        probs = torch.nn.functional.dropout(torch.softmax(scores, dim=-1), p=dropout, training=True)
+        return torch.matmul(probs, value)
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, dropout_p=dropout,
+                                                            scale=scaling)
 
 
 def _register_unpadded_attention() -> None:

@@ -54,7 +54,12 @@ def build(model_args, data_args, training_args):
     dropout = model_args.dropout
     if augmentation != "none" and not model_args.augmentation_with_dropout:
         dropout = 0.0
+    needs_sts = data_args.eval_before_training or data_args.test_after_training or training_args.eval_strategy != "no"
     try:
+        if needs_sts:  # fail now, not after hours of training, when the STS data is missing
+            from .evaluation import resolve_senteval_dir
+
+            data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
         hf_kwargs = {}
         if model_args.attn_implementation is not None:
             hf_kwargs["attn_implementation"] = model_args.attn_implementation

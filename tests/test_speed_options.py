@@ -205,3 +205,18 @@ def test_benchmark_flop_count_and_token_counter():
     counter = bench._CountingCollator(lambda feats: {"attention_mask": mask}, lambda b: [b["attention_mask"]])
     counter([{}])
     assert counter.batches == [{"tokens": 10, "padded_tokens": 16, "sum_sq": 2 * 9 + 2 * 4, "padded_sum_sq": 4 * 16}]
+
+
+def test_attention_core_math_path_equals_sdpa():
+    """The CPU dropout path (plain matmul/softmax) computes SDPA's attention (dropout ~0 here)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 4, generator=gen) for _ in range(3))
+    key_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, scale=0.3)
+    got = modeling._attention_core(q, k, v, key_mask, dropout=1e-12, scaling=0.3)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    # and it does drop: with p = 0.5 about half of the attention weights are zeroed
+    torch.manual_seed(0)
+    dropped = modeling._attention_core(q, k, torch.eye(5).expand(3, 2, 5, 5), key_mask, dropout=0.5, scaling=0.3)
+    kept = dropped[key_mask.expand_as(dropped)]  # attention weights of real keys
+    assert 0.3 < (kept == 0).float().mean().item() < 0.7

@@ -105,3 +105,11 @@ def test_collator_pads_and_duplicates():
     assert b["attention_mask"][1].tolist() == [[1, 1, 0], [1, 1, 0]]
     b = ContrastiveCollator(pad_token_id=0, max_seq_length=5, pad_to_max_length=True)(feats)
     assert b["input_ids"].shape == (2, 2, 5)
+
+
+def test_missing_senteval_data_stops_before_training(tmp_path, tiny_bert_dir, train_txt):
+    out = tmp_path / "out"
+    argv = _args(tiny_bert_dir, train_txt, out) + ["--eval_before_training", "true", "--senteval_dir", str(tmp_path / "nope")]
+    msg = _run_error(argv)
+    assert "nope" in msg and "download_senteval.sh" in msg
+    assert not out.exists()
