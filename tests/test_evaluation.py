@@ -230,11 +230,23 @@ def test_evaluate_sts_dev_matches_evaluate_and_encodes_once(senteval_dir):
     assert fast["sickr_spearman"] == pytest.approx(ref["SICKRelatedness"]["dev"]["spearman"][0])
     assert fast["avg_sts"] == pytest.approx((fast["stsb_spearman"] + fast["sickr_spearman"]) / 2)
     assert set(fast) == {"stsb_spearman", "sickr_spearman", "avg_sts"}
+    assert len(enc.calls) == 1
+
+
+def test_evaluate_sts_dev_parses_files_once(senteval_dir, monkeypatch):
+    from simcse.evaluation import engine
+
+    reads = []
+    real = D._rows
+    monkeypatch.setattr(D, "_rows", lambda *a: reads.append(a[0]) or real(*a))
     D.read_stsb.cache_clear()
-    evaluate_sts_dev(enc, senteval_dir)
-    evaluate_sts_dev(enc, senteval_dir)
-    assert D.read_stsb.__wrapped__ is not None  # parsed at most once per file version
-    assert len(enc.calls) == 3
+    D.read_sick.cache_clear()
+    engine._dev_plan.cache_clear()
+    enc = CountingEncoder()
+    first = evaluate_sts_dev(enc, senteval_dir)
+    assert evaluate_sts_dev(enc, senteval_dir) == first
+    assert len(reads) == 2  # sts-dev.csv and SICK_trial.txt, each parsed once
+    assert len(enc.calls) == 2  # but encoded on every call (the model changes during training)
 
 
 def test_file_cache_parses_once(senteval_dir, monkeypatch):
