@@ -48,6 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sts_all_splits", action="store_true",
                    help="also score the STS-B/SICK-R splits that are not reported (as SentEval does; slower)")
     p.add_argument("--seed", type=int, default=1111, help="transfer folds and classifier seed")
+    p.add_argument("--kfold", type=int, default=None, help="transfer cross-validation folds (default: 10 in test mode, else 5)")
     p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
     return p.parse_args(argv)
@@ -104,7 +105,7 @@ def main(argv=None) -> dict:
 
     try:
         results = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode, sts_splits="all" if args.sts_all_splits else None,
-                           seed=args.seed, n_jobs=args.n_jobs)
+                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     seconds = time.perf_counter() - t0

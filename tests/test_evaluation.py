@@ -202,7 +202,7 @@ def test_aggregation_all_mean_wmean_by_hand():
 
 def test_encode_called_once_with_unique_sentences_and_no_unreported_splits(senteval_dir):
     enc = CountingEncoder()
-    evaluate(enc, ["STS12", "STSBenchmark", "SICKRelatedness", "MR", "MRPC"], senteval_dir, mode="fasttest", n_jobs=1)
+    evaluate(enc, ["STS12", "STSBenchmark", "SICKRelatedness", "MR", "MRPC"], senteval_dir, mode="fasttest", kfold=2, n_jobs=1)
     assert len(enc.calls) == 1
     sents = enc.calls[0]
     assert len(sents) == len(set(sents))
@@ -278,7 +278,7 @@ def test_bad_embeddings_name_the_task(senteval_dir):
     with pytest.raises(ValueError, match="shape"):
         evaluate(lambda s: np.zeros((len(s) + 1, 3)), ["STS13"], senteval_dir)
     with pytest.raises(ValueError, match="CR"):
-        evaluate(nans, ["CR"], senteval_dir, mode="fasttest", n_jobs=1)
+        evaluate(nans, ["CR"], senteval_dir, mode="fasttest", kfold=2, n_jobs=1)
 
 
 def test_cosine_similarity_helper():
@@ -291,7 +291,7 @@ def test_cosine_similarity_helper():
 
 # --------------------------------------------------------------------------------------- transfer
 def test_transfer_tasks_shape_and_accuracy(senteval_dir):
-    res = evaluate(fake_encode, ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"], senteval_dir, mode="fasttest", n_jobs=1)
+    res = evaluate(fake_encode, ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"], senteval_dir, mode="fasttest", kfold=3, n_jobs=1)
     for task in ("MR", "CR", "SUBJ", "MPQA"):
         assert set(res[task]) == {"devacc", "acc", "ndev", "ntest"}
         assert res[task]["ndev"] == res[task]["ntest"] == 60
@@ -326,11 +326,14 @@ def _senteval_inner_kfold_naive(X, y, k, seed, tol):
 
 def test_inner_kfold_equals_naive_senteval_loop():
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((120, 6))
-    y = (X[:, 0] + 0.8 * rng.standard_normal(120) > 0).astype(int)
-    cfg = ClassifierConfig(kfold=4, seed=1111, tol=1e-10, max_iter=5000, n_jobs=2)
+    X = rng.standard_normal((90, 5))
+    y = (X[:, 0] + 0.8 * rng.standard_normal(90) > 0).astype(int)
+    cfg = ClassifierConfig(kfold=3, seed=1111, tol=1e-10, max_iter=5000, n_jobs=2)
     got = inner_kfold(X, y, cfg)
-    assert (got["devacc"], got["acc"]) == _senteval_inner_kfold_naive(X, y, 4, 1111, 1e-10)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        assert (got["devacc"], got["acc"]) == _senteval_inner_kfold_naive(X, y, 3, 1111, 1e-10)
 
 
 def test_kfold_then_test_equals_naive_loop():
@@ -450,7 +453,7 @@ def test_script_end_to_end_tiny_model(senteval_dir, tmp_path, tiny_bert_dir, cap
     main = _script_main()
     out = tmp_path / "out.json"
     main(["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--data_dir", str(senteval_dir), "--mode", "fasttest",
-          "--task_set", "full", "--n_jobs", "1", "--output_json", str(out), "--quiet"])
+          "--task_set", "full", "--kfold", "2", "--n_jobs", "1", "--output_json", str(out), "--quiet"])
     printed = capsys.readouterr().out
     assert "STS12" in printed and "MRPC" in printed and printed.count("Avg.") == 2
     saved = json.loads(out.read_text())

@@ -67,6 +67,21 @@ def _fit(clf, X, y):
         return clf.fit(X, y)
 
 
+def _one_blas_thread(fn):
+    """Run ``fn`` with BLAS/OpenMP limited to one thread: folds are parallelised across processes instead,
+    and multi-threaded BLAS on these small matrices costs far more CPU than it saves."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def accuracy_path(X_train, y_train, evals, regs, cfg: ClassifierConfig) -> np.ndarray:
     """Fit one classifier per ``C`` in ``regs`` (ascending, warm-started) and score it on each eval set.
 
@@ -158,6 +173,7 @@ def _cv_scores(X, y, regs, cfg: ClassifierConfig) -> list[float]:
     return [_pct(v) for v in np.mean(per_fold, axis=0)]
 
 
+@_one_blas_thread
 def _outer_fold(X, y, tr, te, regs, cfg: ClassifierConfig) -> tuple[float, float, float]:
     scores = _cv_scores(X[tr], y[tr], regs, cfg)
     best = _pick(scores)
@@ -165,6 +181,7 @@ def _outer_fold(X, y, tr, te, regs, cfg: ClassifierConfig) -> tuple[float, float
     return scores[best], _pct(clf.score(X[te], y[te])), regs[best]
 
 
+@_one_blas_thread
 def inner_kfold(X: np.ndarray, y: np.ndarray, cfg: ClassifierConfig, regs=INNER_REGS) -> dict:
     """Nested cross-validation (MR, CR, SUBJ, MPQA): ``{"devacc", "acc", "ndev", "ntest"}``."""
     splits = list(_folds(y, cfg).split(X, y))
@@ -174,10 +191,12 @@ def inner_kfold(X: np.ndarray, y: np.ndarray, cfg: ClassifierConfig, regs=INNER_
     return {"devacc": round(float(np.mean(dev)), 2), "acc": round(float(np.mean(test)), 2), "ndev": len(y), "ntest": len(y)}
 
 
+@_one_blas_thread
 def _fold_path(X, y, tr, te, regs, cfg):
     return accuracy_path(X[tr], y[tr], [(X[te], y[te])], regs, cfg)[:, 0]
 
 
+@_one_blas_thread
 def kfold_then_test(X_train, y_train, X_test, y_test, cfg: ClassifierConfig, regs=KFOLD_REGS) -> tuple[dict, np.ndarray]:
     """Cross-validate ``C`` on train, refit on train, score test (TREC, MRPC).
 
@@ -194,6 +213,7 @@ def kfold_then_test(X_train, y_train, X_test, y_test, cfg: ClassifierConfig, reg
     return res, yhat
 
 
+@_one_blas_thread
 def split_select(X_train, y_train, X_dev, y_dev, X_test, y_test, cfg: ClassifierConfig, regs=INNER_REGS) -> dict:
     """Pick ``C`` on dev, report test accuracy (SST2): ``{"devacc", "acc", "ndev", "ntest"}``."""
     acc = accuracy_path(X_train, y_train, [(X_dev, y_dev), (X_test, y_test)], regs, cfg)
