@@ -44,6 +44,11 @@ class ModelArguments:
                           "rounding; on wiki sentences cut at 32 tokens about 25%% less compute per step. Encoders "
                           "that do not support it keep the padded forward (with a warning)."},
     )
+    cpu_dropout: bool = field(
+        default=True,
+        metadata={"help": "On CPU, draw dropout masks at half the random-number cost (SimCSEModel.set_cpu_dropout): "
+                          "same dropout law (p rounded to 1/65536), different random stream. No effect on GPUs."},
+    )
     attn_implementation: str | None = field(
         default=None,
         metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "

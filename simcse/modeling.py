@@ -137,12 +137,67 @@ def _unpadded_sdpa(module, query, key, value, attention_mask, dropout: float = 0
         out = tokens.new_zeros((rows * width, *tokens.shape[1:])).index_put((flat,), tokens)
         return out.view(rows, width, *tokens.shape[1:]).transpose(1, 2)
 
-    out = _attention_core(pad(query), pad(key), pad(value), key_mask, dropout, scaling)  # (N, h, L, d)
+    fast_dropout = any(isinstance(m, CPUDropout) for m in module.children())  # set_cpu_dropout is on
+    out = _attention_core(pad(query), pad(key), pad(value), key_mask, dropout, scaling, fast_dropout)  # (N, h, L, d)
     out = out.transpose(1, 2).reshape(rows * width, heads, -1)[flat]  # (T, h, d)
     return out.unsqueeze(0), None
 
 
-def _attention_core(query, key, value, key_mask, dropout: float, scaling: float | None):
+def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
+    """A CPU dropout keep-mask drawn at half the random-number cost of ``torch.bernoulli``.
+
+    Each 32-bit draw of the (Mersenne-twister, single-threaded) CPU generator is split into two 16-bit uniform
+    integers; an element is kept when its integer is at least ``round(p * 65536)`` (counted from the bottom of
+    the int16 range). Returns ``(mask, keep_scale)``: ``mask`` bool of ``shape``, ``keep_scale`` the inverted-dropout
+    factor ``1 / P(keep)`` for the quantised probability. The drop probability is ``round(p * 65536) / 65536``
+    (p = 0.1 -> 0.1000061), so the masks follow the same Bernoulli law as ``torch.nn.functional.dropout`` up
+    to that rounding; the stream of random numbers differs (the outputs are equal in distribution, not
+    bitwise). Reproducible under ``torch.manual_seed`` / HF ``set_seed`` (it draws from ``generator`` or the
+    default CPU generator, whose state HF checkpoints save).
+
+    Raises:
+        ValueError: ``p`` outside [0, 1).
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability p must be in [0, 1); got {p}")
+    n = 1
+    for d in shape:
+        n *= int(d)
+    threshold = round(p * 65536)
+    words = torch.empty((n + 1) // 2, dtype=torch.int32).random_(-2**31, 2**31, generator=generator)
+    mask = words.view(torch.int16)[:n].view(shape) >= (threshold - 32768)
+    return mask, 65536.0 / (65536 - threshold)
+
+
+def cpu_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Inverted dropout of ``x`` (any shape, float dtype) with a :func:`keep_mask` mask; training mode only.
+
+    Same law as ``torch.nn.functional.dropout(x, p, training=True)`` (see :func:`keep_mask` for the rounding of
+    ``p``), about half its cost on CPU where mask drawing dominates (docs/performance.md). Off CPU it *is*
+    ``torch.nn.functional.dropout``.
+    """
+    if p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return torch.nn.functional.dropout(x, p=p, training=True)
+    mask, scale = keep_mask(x.shape, p)
+    return x * mask.to(x.dtype).mul_(scale)
+
+
+class CPUDropout(nn.Dropout):
+    """``nn.Dropout`` whose training-mode CPU forward is :func:`cpu_dropout` (eval mode: identity, as before).
+
+    :meth:`SimCSEModel.set_cpu_dropout` swaps the class of the encoder's ``nn.Dropout`` modules to this one (same
+    ``p``, no parameters, so checkpoints are unaffected) and back.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or x.device.type != "cpu":
+            return super().forward(x)
+        return cpu_dropout(x, self.p)
+
+
+def _attention_core(query, key, value, key_mask, dropout: float, scaling: float | None, fast_dropout: bool = False):
     """softmax(q k^T * scaling, keys masked by ``key_mask``) -> dropout -> @ v, for (N, h, L, d) tensors.
 
     On CPU with dropout, plain matmul / softmax / dropout (as transformers' eager attention): torch's SDPA
@@ -153,7 +208,8 @@ def _attention_core(query, key, value, key_mask, dropout: float, scaling: float 
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         scores = torch.matmul(query, key.transpose(-1, -2)) * scale
         scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
-        probs = torch.nn.functional.dropout(torch.softmax(scores, dim=-1), p=dropout, training=True)
+        probs = torch.softmax(scores, dim=-1)
+        probs = cpu_dropout(probs, dropout) if fast_dropout else torch.nn.functional.dropout(probs, p=dropout, training=True)
         return torch.matmul(probs, value)
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, dropout_p=dropout,
                                                             scale=scaling)
@@ -366,6 +422,22 @@ class SimCSEModel(nn.Module):
             self.set_unpadded(False)
             logger.warning("padding-free forward is off for this %s encoder: %s", type(self.encoder).__name__, problem)
         return self.unpadded
+
+    def set_cpu_dropout(self, enabled: bool = True) -> int:
+        """Swap every ``nn.Dropout`` module of this model to :class:`CPUDropout` (``enabled``) or back.
+
+        Training-mode dropout on CPU then draws its masks at half the random-number cost (:func:`keep_mask`);
+        the attention-probability dropout of the padding-free forward follows the same switch. Same dropout
+        law (p rounded to 1/65536), different random stream; eval mode and non-CPU devices are unaffected.
+        Returns the number of modules switched.
+        """
+        src, dst = (nn.Dropout, CPUDropout) if enabled else (CPUDropout, nn.Dropout)
+        switched = 0
+        for m in self.modules():
+            if type(m) is src:
+                m.__class__ = dst
+                switched += 1
+        return switched
 
     def _check_unpadded(self) -> str | None:
         """None when the unpadded forward equals the padded one on a small random batch, else why not."""

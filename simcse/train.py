@@ -85,6 +85,8 @@ def build(model_args, data_args, training_args):
         raise SetupError(str(e)) from e
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
+    if model_args.cpu_dropout:
+        logger.info("CPU dropout masks (simcse.modeling.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:
         ds, columns = ds.remove_columns("hard_neg"), [c for c in columns if c != "hard_neg"]
         logger.info("--no_hard_negatives: training on (sent0, sent1) pairs only")

@@ -1,0 +1,83 @@
+"""What each training-speed option buys: our trainer with one option changed at a time, interleaved.
+
+    python scripts/benchmark_train_options.py                      # the default table (~8 min here)
+    python scripts/benchmark_train_options.py --precisions bf16 --variants '{"compile": ["--torch_compile", "true"]}'
+
+Every measurement is a fresh ``scripts/benchmark_train.py`` worker process (same model, data, batch size,
+sequence length, seed and timing rules as that benchmark: ``warmup`` untimed steps, then ``steps`` timed
+steps). Variants are given as extra ``simcse.train`` options; ``"default"`` is ours as shipped and ``"st"``
+is sentence-transformers. Rounds alternate the order of the variants so a drift in machine load falls on
+all of them. Prints one line per run and a summary: seconds per step (wall and process CPU), peak resident
+memory and the speed-up of each variant's wall time over the ``baseline`` variant (default: ``padded``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
+
+from benchmark_train import _run_child  # noqa: E402
+
+DEFAULT_VARIANTS = {
+    "padded": ["--padding_free", "false"],            # transformers' SDPA attention on the padded batch
+    "padded_eager": ["--padding_free", "false", "--attn_implementation", "eager"],
+    "default": [],                                    # padding-free forward (our default)
+    "st": None,                                       # sentence-transformers, for reference
+}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", default=None,
+                   help='JSON {"name": [simcse.train options]}; null options = sentence-transformers '
+                        f"(default: {json.dumps(DEFAULT_VARIANTS)})")
+    p.add_argument("--baseline", default="padded", help="variant the speed-ups are relative to")
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all usable cores)")
+    args = p.parse_args(argv)
+    variants = json.loads(args.variants) if args.variants else DEFAULT_VARIANTS
+    if not isinstance(variants, dict) or not variants:
+        p.error('--variants must be a non-empty JSON object {"name": [options...] or null}')
+    if args.baseline not in variants:
+        p.error(f"--baseline {args.baseline!r} is not one of the variants {sorted(variants)}")
+    threads = args.threads or len(os.sched_getaffinity(0))
+    print(f"threads={threads} warmup={args.warmup} steps={args.steps} rounds={args.rounds} "
+          f"load_avg_1min={os.getloadavg()[0]:.2f}", flush=True)
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for r in range(args.rounds):
+        for prec in [x.strip() for x in args.precisions.split(",") if x.strip()]:
+            names = list(variants) if r % 2 == 0 else list(reversed(variants))
+            for name in names:
+                extra = variants[name]
+                argv_child = ["--side", "st" if extra is None else "ours", "--precision", prec,
+                              "--threads", str(threads), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+                if extra:
+                    argv_child += ["--ours-args", *extra]
+                d = _run_child(argv_child)
+                runs.setdefault((name, prec), []).append(d)
+                print(f"round {r + 1} {prec} {name:14s} {d['wall_s'] / d['steps']:.3f} s/step "
+                      f"(CPU {d['cpu_s'] / d['steps']:.3f}), peak RSS {d['peak_rss_mib']:.0f} MiB, "
+                      f"attention={d['attn']}, tokens {d['tokens']}/{d['padded_tokens']}", flush=True)
+    print("\n| precision | variant | s/step | CPU s/step | peak RSS MiB | speed-up vs " + args.baseline + " |")
+    print("|---|---|---|---|---|---|")
+    summary = {}
+    for (name, prec), ds in runs.items():
+        steps = sum(d["steps"] for d in ds)
+        summary[(name, prec)] = (sum(d["wall_s"] for d in ds) / steps, sum(d["cpu_s"] for d in ds) / steps,
+                                 max(d["peak_rss_mib"] for d in ds))
+    for (name, prec), (wall, cpu, rss) in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[1][0])):
+        base = summary.get((args.baseline, prec))
+        gain = f"{base[0] / wall:.2f}x" if base else "n/a"
+        print(f"| {prec} | {name} | {wall:.3f} | {cpu:.3f} | {rss:.0f} | {gain} |")
+    return {f"{n}/{p_}": v for (n, p_), v in summary.items()}
+
+
+if __name__ == "__main__":
+    main()
