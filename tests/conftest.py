@@ -95,6 +95,58 @@ def train_txt(tmp_path):
     return p
 
 
-# Tiny models gain nothing from a second thread, and on a loaded 2-core machine two threads per process
-# thrash (measured: 8 s vs 0.03 s per tiny step); tests that time nothing run single-threaded.
-torch.set_num_threads(1)
+torch.set_num_threads(1)  # also for the session fixtures, which are built before any test's fixtures
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test starts with one torch thread (a test that wants more sets it; the count is restored after).
+
+    Tiny models gain nothing from a second thread, and on a loaded 2-core machine two threads per process
+    thrash (measured: 8 s vs 0.03 s per tiny step).
+    """
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def run_training(argv: list[str], on_build=None):
+    """Run ``simcse.train.main(argv)`` and return the ``SimCSETrainer`` it built.
+
+    ``on_build(trainer)``, when given, runs right after the trainer is built and before it trains (to attach
+    hooks). ``simcse.train.build`` is restored afterwards, also when training raises.
+    """
+    from simcse import train as train_mod
+
+    captured = {}
+    real_build = train_mod.build
+
+    def spy_build(*a):
+        captured["trainer"] = trainer = real_build(*a)
+        if on_build is not None:
+            on_build(trainer)
+        return trainer
+
+    train_mod.build = spy_build
+    try:
+        train_mod.main(argv)
+    finally:
+        train_mod.build = real_build
+    return captured["trainer"]
+
+
+def training_error(argv: list[str]) -> str:
+    """The one-line ``error: ...`` message ``simcse.train.main(argv)`` exits with (asserts it is one line)."""
+    from simcse import train as train_mod
+
+    with pytest.raises(SystemExit) as exc:
+        train_mod.main(argv)
+    msg = str(exc.value.code)
+    assert msg.startswith("error: ") and "\n" not in msg, msg
+    return msg
+
+
+def logged_losses(trainer) -> list[float]:
+    """The training losses the trainer logged, in order."""
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]

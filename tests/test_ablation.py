@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, make_tiny_model, random_sentences
+from conftest import SENTENCES, make_tiny_model, random_sentences, training_error
 from simcse import train as train_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,12 +30,7 @@ def _build(argv):
     return train_mod.build(model_args, data_args, training_args)
 
 
-def _error(argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        train_mod.main(argv)
-    msg = str(exc.value.code)
-    assert msg.startswith("error: ") and "\n" not in msg
-    return msg
+_error = training_error
 
 
 def _first_batch(trainer):

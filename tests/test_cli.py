@@ -5,19 +5,10 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import SENTENCES
 from simcse import cli
 from simcse.tool import SimCSE
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

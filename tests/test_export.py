@@ -13,14 +13,6 @@ from simcse.tool import SimCSE
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _model(folder, pooler, mlp_only_train=False, seed=0):
     m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
                                     new_mlp_init="random")

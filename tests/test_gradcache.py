@@ -4,20 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_tiny_model, random_sentences
+from conftest import logged_losses, make_tiny_model, random_sentences, run_training
 from simcse.gradcache import RandContext, grad_cache_step, split_chunks
 from simcse.modeling import SimCSEModel
 from simcse.trainer import SimCSETrainer
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine 2 OpenMP threads make a
-    step 100x slower (measured: 8 s vs 0.03 s); restore the setting afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
@@ -201,26 +191,13 @@ def test_chunk_size_argument_checked():
 
 def test_training_with_gradient_cache_lowers_loss(tmp_path, tiny_bert_dir, train_txt):
     """End to end through scripts/train.py's main: --gradient_cache_chunk_size trains."""
-    from simcse import train as train_mod
-
-    captured = {}
-    real_build = train_mod.build
-
-    def spy_build(*a):
-        captured["trainer"] = real_build(*a)
-        return captured["trainer"]
-
     argv = ["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt), "--output_dir", str(tmp_path / "o"),
             "--per_device_train_batch_size", "16", "--gradient_cache_chunk_size", "4", "--learning_rate", "1e-3",
             "--max_steps", "20", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
             "--logging_steps", "1", "--eval_before_training", "false", "--test_after_training", "false",
             "--seed", "0", "--use_cpu", "true", "--dataloader_pin_memory", "false", "--pooler_type", "avg"]
-    train_mod.build = spy_build
-    try:
-        train_mod.main(argv)
-    finally:
-        train_mod.build = real_build
-    assert captured["trainer"].gradient_cache_chunk_size == 4
-    logs = [h["loss"] for h in captured["trainer"].state.log_history if "loss" in h]
+    trainer = run_training(argv)
+    assert trainer.gradient_cache_chunk_size == 4
+    logs = logged_losses(trainer)
     assert len(logs) == 20
     assert sum(logs[-5:]) / 5 < 0.8 * sum(logs[:5]) / 5, logs

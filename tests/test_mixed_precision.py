@@ -6,37 +6,19 @@ import math
 import pytest
 import torch
 
-from simcse import train as train_mod
+from conftest import run_training
 from simcse.trainer import SimCSETrainer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads; on a busy 2-core machine two threads are ~100x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _train(argv):
-    captured = {}
-    real_build = train_mod.build
+    captured = {"encoder_dtypes": []}
 
-    def spy_build(*a):
-        trainer = real_build(*a)
-        captured["trainer"] = trainer
-        captured["encoder_dtypes"] = dtypes = []
+    def hook(trainer):
         # a Linear's output: bf16 under autocast (LayerNorm outputs, hence last_hidden_state, stay float32)
         linear = next(m for m in trainer.model.encoder.modules() if isinstance(m, torch.nn.Linear))
-        linear.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
-        return trainer
+        linear.register_forward_hook(lambda m, i, o: captured["encoder_dtypes"].append(o.dtype))
 
-    train_mod.build = spy_build
-    try:
-        train_mod.main(argv)
-    finally:
-        train_mod.build = real_build
+    captured["trainer"] = run_training(argv, hook)
     return captured
 
 

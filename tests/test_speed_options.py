@@ -11,18 +11,10 @@ import pytest
 import torch
 
 import simcse.modeling as modeling
-from conftest import SENTENCES
+from conftest import SENTENCES, logged_losses, run_training
 from simcse.modeling import SimCSEModel
 
 POOLERS = ["cls", "avg", "avg_first_last", "avg_top2"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _batch(model, sentences, **kw):
@@ -143,28 +135,14 @@ def test_eager_and_sdpa_attention_give_the_same_embeddings(tiny_bert_dir, pooler
 
 
 def _train_losses(tmp_path, folder, train_txt, *extra):
-    from simcse import train as train_mod
-
-    captured = {}
-    real_build = train_mod.build
-
-    def spy_build(*a):
-        captured["trainer"] = real_build(*a)
-        return captured["trainer"]
-
-    train_mod.build = spy_build
-    try:
-        train_mod.main([
+    trainer = run_training([
             "--model_name_or_path", str(folder), "--train_file", str(train_txt), "--output_dir", str(tmp_path),
             "--per_device_train_batch_size", "16", "--learning_rate", "1e-3", "--max_steps", "6",
             "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--logging_steps", "1",
             "--eval_before_training", "false", "--test_after_training", "false", "--seed", "0",
             "--use_cpu", "true", "--dataloader_pin_memory", "false", "--pooler_type", "avg", "--dropout", "0", *extra,
-        ])
-    finally:
-        train_mod.build = real_build
-    trainer = captured["trainer"]
-    return [h["loss"] for h in trainer.state.log_history if "loss" in h], trainer
+    ])
+    return logged_losses(trainer), trainer
 
 
 def test_training_with_and_without_padding_free_is_the_same(tmp_path, tiny_bert_dir, train_txt):

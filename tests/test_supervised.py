@@ -8,20 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_tiny_model, random_sentences
-from simcse import train as train_mod
+from conftest import logged_losses, make_tiny_model, random_sentences, run_training, training_error
 from simcse.data import ContrastiveCollator, load_sentence_dataset, mask_tokens, tokenize_dataset
 
 SHARED_PAIRS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pairs"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads; on a busy 2-core machine two threads are ~100x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
@@ -54,35 +44,17 @@ def _argv(model_dir, train_file, out, *extra):
 
 def _train(argv):
     """Run train.main; return (trainer, list of the row shapes of every SimCSEModel.forward call)."""
-    captured = {}
-    real_build = train_mod.build
+    calls = []
 
-    def spy_build(*a):
-        trainer = real_build(*a)
-        captured["trainer"] = trainer
-        captured["calls"] = calls = []
+    def hook(trainer):
         trainer.model.register_forward_hook(lambda m, args, kwargs, out: calls.append(tuple(kwargs["input_ids"].shape)),
                                             with_kwargs=True)
-        return trainer
 
-    train_mod.build = spy_build
-    try:
-        train_mod.main(argv)
-    finally:
-        train_mod.build = real_build
-    return captured["trainer"], captured["calls"]
+    return run_training(argv, hook), calls
 
 
-def _losses(trainer):
-    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
-
-
-def _error(argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        train_mod.main(argv)
-    msg = str(exc.value.code)
-    assert msg.startswith("error: ") and "\n" not in msg
-    return msg
+_losses = logged_losses
+_error = training_error
 
 
 # ------------------------------------------------------------------------------------------ training

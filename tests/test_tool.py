@@ -15,15 +15,6 @@ from simcse.tool import SimCSE
 H = 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny models gain nothing from threads, and on a busy 2-core machine OpenMP waits make them ~100x slower
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tool(tiny_bert_dir):
     return SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from conftest import SENTENCES
+from conftest import logged_losses, run_training
 from simcse.train import main
 
 
@@ -20,21 +20,7 @@ def _args(model_dir, train_file, out, *extra):
 def test_short_training_lowers_loss(tmp_path, request, arch, train_txt):
     folder = request.getfixturevalue(f"tiny_{arch}_dir")
     out = tmp_path / "out"
-    from simcse import train as train_mod
-
-    captured = {}
-    real_build = train_mod.build
-
-    def spy_build(*a):
-        captured["trainer"] = real_build(*a)
-        return captured["trainer"]
-
-    train_mod.build = spy_build
-    try:
-        main(_args(folder, train_txt, out, "--pooler_type", "avg"))
-    finally:
-        train_mod.build = real_build
-    logs = [h["loss"] for h in captured["trainer"].state.log_history if "loss" in h]
+    logs = logged_losses(run_training(_args(folder, train_txt, out, "--pooler_type", "avg")))
     assert len(logs) == 30
     first, last = sum(logs[:5]) / 5, sum(logs[-5:]) / 5
     assert last < 0.7 * first, (first, last)
