@@ -90,14 +90,9 @@ def _read_lines(path: str, skip_blank: bool) -> list[str]:
             with open(f, encoding="utf-8") as fh:
                 lines = [line.rstrip("\r\n") for line in fh]
         except UnicodeDecodeError:
-            with open(f, "rb") as fh:
-                for n, raw in enumerate(fh, 1):
-                    try:
-                        raw.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        raise CLIError(f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
-                                       "expected a UTF-8 text file") from None
-            raise
+            from .tool import utf8_error_location
+
+            raise CLIError(f"{utf8_error_location(path)}; expected a UTF-8 text file") from None
     if skip_blank:
         return [s for s in lines if s.strip()]
     for n, s in enumerate(lines, 1):

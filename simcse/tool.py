@@ -64,14 +64,19 @@ def _iter_lines(path: Path) -> Iterator[str]:
                 if line.strip():
                     yield line
     except UnicodeDecodeError:
-        with open(path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise ValueError(f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
-                                     "expected a UTF-8 text file, one sentence per line") from None
-        raise
+        raise ValueError(f"{utf8_error_location(path)}; expected a UTF-8 text file, one sentence per line") from None
+
+
+def utf8_error_location(path: str | Path) -> str:
+    """``'<path>:<line>: byte <k> (b'\\xNN') is not UTF-8'`` for the first line of ``path`` that is not UTF-8
+    (1-based line and byte), or ``'<path> is not UTF-8'`` when every line decodes on its own."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8"
+    return f"{path} is not UTF-8"
 
 
 def _chunks(it, size: int) -> Iterator[list]:
