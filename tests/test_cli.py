@@ -118,3 +118,17 @@ def test_module_entry_point_runs():
     assert r.returncode == 0
     for name in ("encode", "index", "search", "export", "train", "evaluate"):
         assert name in r.stdout
+
+
+def test_non_utf8_input_names_file_line_and_byte(tmp_path, tiny_bert_dir, capsys):
+    f = tmp_path / "latin.txt"
+    f.write_bytes("a dog .\na caf\u00e9 .\n".encode("latin-1"))  # line 2, byte 6 is 0xe9
+    args = ["encode", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(f), "--output",
+            str(tmp_path / "e.npy")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:2: byte 6 (b'\\xe9') is not UTF-8; expected a UTF-8 text file" in err
+    assert not (tmp_path / "e.npy").exists()
+    tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+    with pytest.raises(ValueError, match=r"latin.txt:2: byte 6 .* is not UTF-8; expected a UTF-8 text file"):
+        tool.build_index(str(f))
