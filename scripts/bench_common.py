@@ -42,3 +42,34 @@ def read_sentences(path: Path, n: int) -> list[str]:
     if len(out) < n:
         raise SystemExit(f"error: {path} has only {len(out)} non-blank lines, need {n}")
     return out
+
+
+def int_at_least(minimum: int):
+    """An argparse ``type=``: an integer >= ``minimum`` (else argparse's one-line usage error)."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def int_list_at_least(minimum: int):
+    """An argparse ``type=``: comma-separated integers, each >= ``minimum`` (e.g. ``32,64,128``)."""
+    import argparse
+
+    one = int_at_least(minimum)
+
+    def parse(text: str) -> list[int]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers >= {minimum}, got {text!r}")
+        return [one(x) for x in items]
+
+    return parse

@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
 
-from benchmark_train import _run_child, default_model, encoder_shape  # noqa: E402
+from bench_common import default_model, int_at_least, int_list_at_least  # noqa: E402
+from benchmark_train import _run_child, encoder_shape  # noqa: E402
 
 
 def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:
@@ -41,16 +42,16 @@ def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch-sizes", default="32,64,128,256")
-    p.add_argument("--lengths", default="32,64,128")
+    p.add_argument("--batch-sizes", type=int_list_at_least(2), default="32,64,128,256")
+    p.add_argument("--lengths", type=int_list_at_least(2), default="32,64,128")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--loss-batch", type=int, default=512, help="batch size of the loss-only timing")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all usable cores)")
+    p.add_argument("--warmup", type=int_at_least(1), default=2)
+    p.add_argument("--steps", type=int_at_least(1), default=3)
+    p.add_argument("--loss-batch", type=int_at_least(2), default=512, help="batch size of the loss-only timing")
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads (default: all usable cores)")
     args = p.parse_args(argv)
-    threads = args.threads or len(os.sched_getaffinity(0))
-    points = [(int(b), 32) for b in args.batch_sizes.split(",")] + [(64, int(n)) for n in args.lengths.split(",")]
+    threads = args.threads if args.threads is not None else len(os.sched_getaffinity(0))
+    points = [(b, 32) for b in args.batch_sizes] + [(64, n) for n in args.lengths]
     points = list(dict.fromkeys(points))  # (64, 32) once
     print(f"precision={args.precision} threads={threads} warmup={args.warmup} steps={args.steps} "
           f"load_avg_1min={os.getloadavg()[0]:.2f}", flush=True)

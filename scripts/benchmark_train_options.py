@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
 
+from bench_common import int_at_least  # noqa: E402
 from benchmark_train import _run_child  # noqa: E402
 
 DEFAULT_VARIANTS = {
@@ -40,17 +41,24 @@ def main(argv: list[str] | None = None) -> dict:
                         f"(default: {json.dumps(DEFAULT_VARIANTS)})")
     p.add_argument("--baseline", default="baseline", help="variant the speed-ups are relative to")
     p.add_argument("--precisions", default="fp32,bf16")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all usable cores)")
+    p.add_argument("--rounds", type=int_at_least(1), default=2)
+    p.add_argument("--warmup", type=int_at_least(1), default=3)
+    p.add_argument("--steps", type=int_at_least(1), default=6)
+    p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads per run (default: all usable cores)")
     args = p.parse_args(argv)
-    variants = json.loads(args.variants) if args.variants else DEFAULT_VARIANTS
+    try:
+        variants = json.loads(args.variants) if args.variants else DEFAULT_VARIANTS
+    except json.JSONDecodeError as e:
+        p.error(f"--variants is not valid JSON ({e})")
+    shape = '--variants must be a non-empty JSON object {"name": ["--option", "value", ...] or null}'
     if not isinstance(variants, dict) or not variants:
-        p.error('--variants must be a non-empty JSON object {"name": [options...] or null}')
+        p.error(shape)
+    for name, extra in variants.items():
+        if extra is not None and not (isinstance(extra, list) and all(isinstance(x, str) for x in extra)):
+            p.error(f"{shape}; variant {name!r} has {json.dumps(extra)}")
     if args.baseline not in variants:
         p.error(f"--baseline {args.baseline!r} is not one of the variants {sorted(variants)}")
-    threads = args.threads or len(os.sched_getaffinity(0))
+    threads = args.threads if args.threads is not None else len(os.sched_getaffinity(0))
     print(f"threads={threads} warmup={args.warmup} steps={args.steps} rounds={args.rounds} "
           f"load_avg_1min={os.getloadavg()[0]:.2f}", flush=True)
     runs: dict[tuple[str, str], list[dict]] = {}

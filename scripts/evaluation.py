@@ -35,9 +35,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mode", choices=["dev", "test", "fasttest"], default="test",
                    help="dev: STS-B/SICK-R dev + transfer dev accuracy (5-fold); test: test results, 10-fold; "
                         "fasttest: test results, 5-fold")
-    p.add_argument("--task_set", choices=["sts", "transfer", "full", "na"], default="sts",
-                   help="task set; 'na' uses --tasks")
-    p.add_argument("--tasks", nargs="+", default=None, help="tasks to evaluate when --task_set na")
+    p.add_argument("--task_set", choices=["sts", "transfer", "full", "na"], default=None,
+                   help="task set (default: sts, or na when --tasks is given); 'na' uses --tasks")
+    p.add_argument("--tasks", nargs="+", default=None, help="tasks to evaluate (implies --task_set na)")
     p.add_argument("--batch_size", type=int, default=64, help="encoding batch size")
     p.add_argument("--max_seq_length", type=int, default=512,
                    help="token truncation; SentEval feeds whole sentences, so keep it at the encoder's limit")
@@ -54,6 +54,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def select_tasks(args) -> list[str]:
+    """The task names to run: ``--tasks`` (task set ``na``) or the named ``--task_set`` (default ``sts``).
+
+    Raises:
+        ValueError: ``--tasks`` with a task set other than ``na``, or ``na`` without ``--tasks``.
+    """
+    if args.tasks and args.task_set not in (None, "na"):
+        raise ValueError(f"--tasks needs --task_set na (or no --task_set); got --task_set {args.task_set}")
+    if args.task_set is None:
+        args.task_set = "na" if args.tasks else "sts"
     if args.task_set == "na":
         if not args.tasks:
             raise ValueError("--task_set na needs --tasks")
@@ -62,6 +71,18 @@ def select_tasks(args) -> list[str]:
     if args.mode == "dev":  # STS12-16 have no dev split and are not reported in dev mode
         tasks = [t for t in tasks if t not in TASK_SETS["sts"][:5]]
     return tasks
+
+
+def check_output_json(path: str | None) -> None:
+    """Fail before any encoding when ``--output_json`` cannot be written: a folder, or under a file."""
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise ValueError(f"--output_json {path!r} is a folder; expected a file path such as {str(p / 'results.json')!r}")
+    parent = next((q for q in p.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"--output_json {path!r} cannot be created: {str(parent)!r} is a file, not a folder")
 
 
 def check_model_path(path: str) -> None:
@@ -82,6 +103,7 @@ def main(argv=None) -> dict:
         tasks = check_tasks(select_tasks(args))
         data_dir = resolve_senteval_dir(args.data_dir)
         check_model_path(args.model_name_or_path)
+        check_output_json(args.output_json)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 logger = logging.getLogger("simcse.train")
 
@@ -23,9 +24,21 @@ def parse_args(argv: list[str]):
     from .arguments import DataTrainingArguments, ModelArguments
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+
+    def one_line_error(message: str):  # argparse would print the ~130-line usage first
+        raise SetupError(f"{message} (see --help)")
+
+    parser.error = one_line_error
     if argv and argv[0].endswith(".json"):
-        with open(argv[0]) as f:
-            cfg = json.load(f)
+        try:
+            with open(argv[0], encoding="utf-8") as f:
+                cfg = json.load(f)
+        except OSError as e:
+            raise SetupError(f"cannot read config file {argv[0]!r}: {e.strerror or e}") from e
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise SetupError(f"config file {argv[0]!r} is not valid JSON: {e}") from e
+        if not isinstance(cfg, dict):
+            raise SetupError(f"config file {argv[0]!r} must hold a JSON object of option: value, got {type(cfg).__name__}")
         prefix = []
         for key, value in cfg.items():
             if key.startswith("_"):
@@ -33,9 +46,14 @@ def parse_args(argv: list[str]):
             prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
         argv = prefix + argv[1:]
     try:
-        return parser.parse_args_into_dataclasses(args=argv)
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
+    out = Path(training_args.output_dir).expanduser() if training_args.output_dir else None
+    blocker = next((q for q in ([out, *out.parents] if out else []) if q.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise SetupError(f"--output_dir {training_args.output_dir!r} cannot be used: {str(blocker)!r} is a file, not a folder")
+    return model_args, data_args, training_args
 
 
 def build(model_args, data_args, training_args):

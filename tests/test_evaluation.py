@@ -441,6 +441,12 @@ def test_script_one_line_errors(senteval_dir, tmp_path, tiny_bert_dir):
          "unknown task"),
         (["--model_name_or_path", str(empty), "--data_dir", str(senteval_dir)], "empty"),
         (["--model_name_or_path", str(tmp_path / "missing_model"), "--data_dir", str(senteval_dir)], "missing_model"),
+        (["--model_name_or_path", str(tiny_bert_dir), "--data_dir", str(senteval_dir), "--task_set", "sts", "--tasks", "STS12"],
+         "--tasks needs --task_set na"),
+        (["--model_name_or_path", str(tiny_bert_dir), "--data_dir", str(senteval_dir), "--output_json", str(tmp_path)],
+         "is a folder"),
+        (["--model_name_or_path", str(tiny_bert_dir), "--data_dir", str(senteval_dir), "--tasks", "MR", "--kfold", "1"],
+         "kfold must be an integer >= 2"),
     ]
     for argv, needle in cases:
         with pytest.raises(SystemExit) as e:

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from conftest import logged_losses, run_training
+from conftest import logged_losses, run_training, training_error
 from simcse.train import main
 
 
@@ -35,12 +35,7 @@ def test_cls_mlp_only_train_is_saved(tmp_path, tiny_bert_dir, train_txt):
     assert (out / "simcse_mlp.safetensors").is_file()
 
 
-def _run_error(argv, capsys=None):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    msg = str(exc.value.code)
-    assert msg.startswith("error: ") and "\n" not in msg
-    return msg
+_run_error = training_error
 
 
 @pytest.mark.parametrize("extra, expected", [
@@ -49,6 +44,7 @@ def _run_error(argv, capsys=None):
     (["--temp", "-0.05"], "--temp must be"),
     (["--max_seq_length", "1"], "--max_seq_length must be"),
     (["--per_device_train_batch_size", "1"], "per_device_train_batch_size must be >= 2"),
+    (["--cpu_dropout", "maybe"], "argument --cpu_dropout"),
 ])
 def test_bad_arguments_give_one_line_error(tmp_path, tiny_bert_dir, train_txt, extra, expected):
     out = tmp_path / "out"
@@ -99,3 +95,19 @@ def test_missing_senteval_data_stops_before_training(tmp_path, tiny_bert_dir, tr
     msg = _run_error(argv)
     assert "nope" in msg and "download_senteval.sh" in msg
     assert not out.exists()
+
+
+def test_bad_config_file_and_output_dir_give_one_line_error(tmp_path, tiny_bert_dir, train_txt):
+    assert "cannot read config file" in _run_error([str(tmp_path / "nope.json")])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"temp": 0.05,')
+    assert "is not valid JSON" in _run_error([str(bad)])
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    assert "must hold a JSON object" in _run_error([str(listed)])
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    for out in (a_file, a_file / "sub"):
+        msg = _run_error(_args(tiny_bert_dir, train_txt, out))
+        assert f"{str(a_file)!r} is a file, not a folder" in msg
+    assert a_file.read_text() == "x"

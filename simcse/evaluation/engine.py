@@ -271,7 +271,7 @@ def evaluate(
     splits = _sts_splits(mode, sts_splits)
     folder = D.resolve_senteval_dir(data_dir)
     check_data(folder, names)
-    cfg = ClassifierConfig(kfold=kfold or (10 if mode == "test" else 5), seed=seed, n_jobs=n_jobs)
+    cfg = ClassifierConfig(kfold=kfold if kfold is not None else (10 if mode == "test" else 5), seed=seed, n_jobs=n_jobs)
     plan = [_make_task(n, folder, splits) for n in names]
     for task in plan:
         task.check(cfg)

@@ -45,6 +45,10 @@ class ClassifierConfig:
     tol: float = 1e-4
     n_jobs: int | None = None
 
+    def __post_init__(self):
+        if isinstance(self.kfold, bool) or not isinstance(self.kfold, int) or self.kfold < 2:
+            raise ValueError(f"kfold must be an integer >= 2 (cross-validation needs two folds); got {self.kfold!r}")
+
     def jobs(self) -> int:
         if self.n_jobs is not None:
             return max(1, int(self.n_jobs))
