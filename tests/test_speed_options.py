@@ -258,3 +258,21 @@ def test_training_uses_cpu_dropout_by_default_and_can_turn_it_off(tmp_path, tiny
     _, off = _train_losses(tmp_path / "b", tiny_bert_dir, train_txt, "--cpu_dropout", "false")
     assert any(isinstance(m, modeling.CPUDropout) for m in on.model.modules())
     assert not any(isinstance(m, modeling.CPUDropout) for m in off.model.modules())
+
+
+def test_gpu_benchmark_script_runs_on_cpu_as_a_smoke_test(capsys):
+    """scripts/benchmark_gpu.py (for a lent GPU) builds its own random model, tokenizer and data; on CPU with
+    the tiny shape it must run end to end and report a finite rate and MFU for every batch size."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "benchmark_gpu.py"
+    spec = importlib.util.spec_from_file_location("benchmark_gpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--device", "cpu", "--shape", "tiny", "--batch-sizes", "4,8", "--warmup", "1", "--steps", "1",
+                    "--threads", "1"])
+    assert sorted(out["runs"]) == [4, 8]
+    for r in out["runs"].values():
+        assert r["sent_s"] > 0 and 0 < r["mfu"] < 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("gpu_train device=cpu precision=bf16 batch4_sent_s=") and "batch8_mfu=" in last
+    sentences = mod.synthetic_sentences(50)
+    assert len(set(sentences)) == 50 and all(10 <= len(s.split()) - 2 <= 40 for s in sentences)

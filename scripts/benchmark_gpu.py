@@ -1,0 +1,114 @@
+"""GPU training speed and MFU of our trainer on a randomly initialised BERT-base-shaped encoder.
+
+    python scripts/benchmark_gpu.py                                   # on a CUDA machine (~3 min on one GPU)
+    python scripts/benchmark_gpu.py --device cpu --shape tiny --batch-sizes 8 --warmup 1 --steps 1   # smoke test
+
+Needs no downloaded weights or data, so it runs on a machine with no network: the encoder is a random
+``BertModel`` of the chosen shape (``base``: 12 layers, hidden 768, 12 heads, FFN 3072, vocabulary 30522),
+the tokenizer is a WordPiece vocabulary written by the script, and the sentences are synthetic (10 to 40
+words, a fixed seed), unless ``--data`` gives a text file. For every batch size it runs one
+``scripts/benchmark_train.py`` worker (our trainer, unsupervised SimCSE, ``--max-seq-length`` 32, bf16
+by default) and reports sentences/s, seconds per step, peak GPU memory and model FLOPs utilisation against
+the bf16 (or fp32) dense GEMM rate measured on the same device in the same run. The last line is
+machine-readable::
+
+    gpu_train device=<name> precision=bf16 batch64_sent_s=... batch64_mfu=... batch512_sent_s=... batch512_mfu=...
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling benchmark modules
+
+from bench_common import int_at_least, int_list_at_least  # noqa: E402
+from benchmark_train import _run_child, encoder_shape, model_flops  # noqa: E402
+
+SHAPES = {
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128),
+}
+WORDS = ("the a man woman child dog cat plays runs sits on in with and of guitar music park street red blue "
+         "small big old young house tree water ball food table eats reads writes sings near under over").split()
+
+
+def make_model(folder: Path, shape: str) -> None:
+    """Save a random BERT of ``shape`` and a WordPiece tokenizer over :data:`WORDS` into ``folder``."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "."]) + "\n", encoding="utf-8")
+    BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True).save_pretrained(folder)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=30522, max_position_embeddings=512, **SHAPES[shape])).save_pretrained(folder)
+
+
+def synthetic_sentences(n: int, seed: int = 0) -> list[str]:
+    """``n`` distinct sentences of 10-40 words from :data:`WORDS` (numbered, so no two are equal)."""
+    rng = random.Random(seed)
+    return [f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(10, 40)))} {i} ." for i in range(n)]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a smoke test)")
+    p.add_argument("--shape", default="base", choices=sorted(SHAPES))
+    p.add_argument("--batch-sizes", type=int_list_at_least(2), default="64,512")
+    p.add_argument("--max-seq-length", type=int_at_least(2), default=32)
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--warmup", type=int_at_least(1), default=5)
+    p.add_argument("--steps", type=int_at_least(1), default=20)
+    p.add_argument("--threads", type=int_at_least(1), default=4, help="torch CPU threads (data side)")
+    p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: synthetic sentences)")
+    args = p.parse_args(argv)
+
+    import os
+
+    import torch
+
+    repo = str(Path(__file__).resolve().parent.parent)  # the workers import simcse from this checkout if not installed
+    os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (repo, os.environ.get("PYTHONPATH")) if x)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: no CUDA device is visible (use --device cpu for a smoke test)")
+    name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+    with tempfile.TemporaryDirectory(prefix="bench_gpu_") as tmp:
+        folder = Path(tmp) / "model"
+        folder.mkdir()
+        make_model(folder, args.shape)
+        data = args.data
+        if data is None:
+            data = Path(tmp) / "sentences.txt"
+            data.write_text("\n".join(synthetic_sentences(max(args.batch_sizes) * (args.warmup + args.steps))) + "\n",
+                            encoding="utf-8")
+        shape = encoder_shape(str(folder))
+        common = ["--model", str(folder), "--data", str(data), "--device", args.device, "--threads", str(args.threads),
+                  "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+        ceiling = _run_child(common + ["--gemm"])[args.precision]
+        print(f"{datetime.date.today()} device={name} shape={args.shape} ({shape['layers']} layers, hidden "
+              f"{shape['hidden']}) precision={args.precision} max_seq_length={args.max_seq_length} "
+              f"{args.precision} GEMM ceiling {ceiling / 1e12:.1f} TFLOP/s", flush=True)
+        print("| batch | sentences/s | s/step | peak GPU MiB | real tokens/step | MFU |")
+        print("|---|---|---|---|---|---|")
+        summary = {}
+        for batch in args.batch_sizes:
+            d = _run_child(common + ["--side", "ours", "--precision", args.precision, "--batch-size", str(batch)])
+            s_step = d["wall_s"] / d["steps"]
+            flops = model_flops(shape, d["tokens"], d["sum_sq"]) / d["steps"]
+            mfu = flops / s_step / ceiling
+            gpu = f"{d['peak_gpu_mib']:.0f}" if d.get("peak_gpu_mib") is not None else "n/a"
+            summary[batch] = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu}
+            print(f"| {batch} | {batch / s_step:.1f} | {s_step:.4f} | {gpu} | {d['tokens'] / d['steps']:.0f} | "
+                  f"{100 * mfu:.1f}% |", flush=True)
+    fields = " ".join(f"batch{b}_sent_s={v['sent_s']:.1f} batch{b}_mfu={v['mfu']:.3f}" for b, v in summary.items())
+    print(f"gpu_train device={name.replace(' ', '_')} precision={args.precision} {fields}")
+    return {"device": name, "ceiling": ceiling, "runs": summary, "args": json.loads(json.dumps(vars(args), default=str))}
+
+
+if __name__ == "__main__":
+    main()
