@@ -113,34 +113,71 @@ def _unpadded_sdpa(module, query, key, value, attention_mask, dropout: float = 0
     """Attention function registered with transformers as :data:`UNPADDED_ATTENTION`.
 
     Called by the encoder's attention layers with packed ``query``/``key``/``value`` of shape (1, heads, T, d),
-    where T is the number of real (non-padding) tokens of the batch, and the layout
-    ``(flat_index (T,), rows N, width L, key_mask (N, 1, 1, L) bool)`` in the keyword :data:`_LAYOUT_KWARG`.
-    The tokens are scattered back into (N, heads, L, d), attended with ``torch.nn.functional.scaled_dot_product_attention``
-    (key-padding mask, attention dropout ``dropout``), and the real tokens gathered again: returns
-    ``((1, T, heads, d), None)``. Attention costs N*L^2 as before (small at sentence lengths); every other layer
-    of the encoder runs on T tokens instead of N*L. Without the layout keyword (a padded call, e.g. the MLM
-    head's) it is transformers' own SDPA attention.
+    where T is the number of real (non-padding) tokens of the batch, and the layout of :func:`_attention_buckets`
+    in the keyword :data:`_LAYOUT_KWARG`. The sentences are attended bucket by bucket: the rows of a bucket
+    (sentences of similar length) are gathered into (R, heads, W, d) with W the bucket's longest sentence,
+    attended with a key-padding mask and attention dropout ``dropout`` (:func:`_attention_core`), and their real
+    tokens put back in packed order: returns ``((1, T, heads, d), None)``. Attention thus costs about
+    sum_b R_b * W_b^2 instead of N * L^2, and every other layer of the encoder runs on T tokens instead of N*L.
+    Without the layout keyword (a padded call, e.g. the MLM head's) it is transformers' own SDPA attention.
     """
     layout = kwargs.pop(_LAYOUT_KWARG, None)
     if layout is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    flat, rows, width, key_mask = layout
+    buckets, restore = layout
     heads = query.shape[1]
     if key.shape[1] != heads:  # grouped-query attention: one key/value head per group
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
         value = value.repeat_interleave(heads // value.shape[1], dim=1)
-
-    def pad(x):  # (1, h, T, d) -> (N, h, L, d), zeros at padding
-        tokens = x[0].transpose(0, 1)  # (T, h, d)
-        out = tokens.new_zeros((rows * width, *tokens.shape[1:])).index_put((flat,), tokens)
-        return out.view(rows, width, *tokens.shape[1:]).transpose(1, 2)
-
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, h, d) each
     fast_dropout = any(isinstance(m, CPUDropout) for m in module.children())  # set_cpu_dropout is on
-    out = _attention_core(pad(query), pad(key), pad(value), key_mask, dropout, scaling, fast_dropout)  # (N, h, L, d)
-    out = out.transpose(1, 2).reshape(rows * width, heads, -1)[flat]  # (T, h, d)
+    outs = []
+    for gather, rows, width, key_mask, real in buckets:
+        def pad(x):  # (T, h, d) -> (R, h, W, d); padding slots hold some real token, masked out as keys
+            return x.index_select(0, gather).view(rows, width, *x.shape[1:]).transpose(1, 2)
+
+        out = _attention_core(pad(q), pad(k), pad(v), key_mask, dropout, scaling, fast_dropout)  # (R, h, W, d)
+        outs.append(out.transpose(1, 2).reshape(rows * width, heads, -1).index_select(0, real))  # (T_b, h, d)
+    out = torch.cat(outs).index_select(0, restore)  # (T, h, d) in packed order
     return out.unsqueeze(0), None
+
+
+def _attention_buckets(keep: torch.Tensor, max_buckets: int = 4) -> tuple[list[tuple], torch.Tensor]:
+    """Group the rows of a (N, L) bool keep-mask into at most ``max_buckets`` buckets of similar length.
+
+    Rows are sorted by their number of real tokens (descending) and cut into equal-sized groups; each group is
+    padded to its own longest row only. Real tokens are numbered in packed (row-major) order, 0..T-1, as
+    :meth:`SimCSEModel._encode_unpadded` packs them. Returns ``(buckets, restore)``: per bucket
+    ``(gather (R*W,) int64 packed index per slot, R, W, key_mask (R, 1, 1, W) bool, real (T_b,) int64 slots
+    holding real tokens)``, and ``restore`` (T,) int64 such that the buckets' real-slot outputs, concatenated,
+    indexed by ``restore`` are back in packed order.
+    """
+    lengths = keep.sum(dim=1)  # (N,)
+    total = int(lengths.sum())
+    offsets = torch.cumsum(lengths, 0) - lengths  # packed index of each row's first token
+    order = torch.argsort(lengths, descending=True, stable=True)
+    n = order.numel()
+    k = max(1, min(max_buckets, n))
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    buckets, produced = [], []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        rows = order[a:b]
+        lens = lengths[rows]
+        width = int(lens.max()) if rows.numel() else 0
+        if width == 0:
+            continue  # only empty rows: no token to attend
+        pos = torch.arange(width, device=keep.device)
+        valid = pos[None, :] < lens[:, None]  # (R, W)
+        gather = (offsets[rows][:, None] + torch.where(valid, pos[None, :], 0)).clamp_(max=max(total - 1, 0))
+        real = valid.reshape(-1).nonzero().squeeze(1)
+        buckets.append((gather.reshape(-1), rows.numel(), width, valid[:, None, None, :], real))
+        produced.append(gather.reshape(-1)[real])
+    packed = torch.cat(produced) if produced else torch.zeros(0, dtype=torch.long, device=keep.device)
+    restore = torch.empty_like(packed)
+    restore[packed] = torch.arange(packed.numel(), device=keep.device)
+    return buckets, restore
 
 
 def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
@@ -383,7 +420,7 @@ class SimCSEModel(nn.Module):
             attention_mask=None,
             output_hidden_states=self.pooler.needs_hidden_states,
             return_dict=True,
-            **{_LAYOUT_KWARG: (flat, rows, width, keep[:, None, None, :])},
+            **{_LAYOUT_KWARG: _attention_buckets(keep)},
             **extra,
         )
 

@@ -276,3 +276,39 @@ def test_gpu_benchmark_script_runs_on_cpu_as_a_smoke_test(capsys):
     assert last.startswith("gpu_train device=cpu precision=bf16 batch4_sent_s=") and "batch8_mfu=" in last
     sentences = mod.synthetic_sentences(50)
     assert len(set(sentences)) == 50 and all(10 <= len(s.split()) - 2 <= 40 for s in sentences)
+
+
+def test_attention_buckets_cover_every_token_once_in_row_order():
+    gen = torch.Generator().manual_seed(0)
+    keep = torch.rand(11, 9, generator=gen) < 0.6  # holes, left/right padding and
+    keep[3] = False                                 # an empty row
+    keep[5] = True                                  # a full row
+    total = int(keep.sum())
+    buckets, restore = modeling._attention_buckets(keep, max_buckets=4)
+    assert 1 < len(buckets) <= 4
+    lengths = keep.sum(1)
+    packed = torch.arange(total, dtype=torch.float32)[:, None, None]  # (T, 1, 1): token i holds the value i
+    outs, widths = [], []
+    for gather, rows, width, key_mask, real in buckets:
+        grid = packed.index_select(0, gather).view(rows, width)  # (R, W)
+        assert key_mask.shape == (rows, 1, 1, width) and width == int(key_mask.sum(-1).max())
+        for r in range(rows):
+            n = int(key_mask[r].sum())
+            if n == 0:
+                continue  # the empty row: nothing to attend
+            got = grid[r, :n]
+            assert torch.equal(got, got[0] + torch.arange(n, dtype=torch.float32))  # one sentence, in order
+        outs.append(packed.index_select(0, gather).index_select(0, real))
+        widths.append(width)
+    assert widths == sorted(widths, reverse=True) and widths[0] == int(lengths.max())
+    torch.testing.assert_close(torch.cat(outs).index_select(0, restore), packed)
+    assert sum(int(b[3].sum()) for b in buckets) == total
+
+
+def test_padding_free_with_mixed_lengths_equals_padded(tiny_bert_dir):
+    """More rows than buckets, very different lengths: bucketed attention gives the padded forward's output."""
+    padded, free = _pair(tiny_bert_dir, "avg")
+    sentences = [" ".join(["dog"] * n) for n in (1, 30, 2, 17, 5, 9, 3, 25, 1, 12)]
+    batch = _batch(padded, sentences)
+    with torch.no_grad():
+        torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
