@@ -57,15 +57,26 @@ def _open_bytes(p: Path):
     return gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb")
 
 
-def _first_non_utf8_line(p: Path) -> str | None:
-    """``"line N, byte M (b'\\xff')"`` for the first line of ``p`` that is not valid UTF-8, else None."""
-    with _open_bytes(p) as f:
+def first_undecodable_line(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[int, int, bytes] | None:
+    """Where ``path`` (plain or ``.gz``) first fails to decode as ``encoding``, line by line.
+
+    Returns ``(line, byte, bad)``: the 1-based line number, the 1-based byte offset within that line and the
+    first byte that does not decode; None when every line decodes on its own. The one scan behind the
+    "not UTF-8 at line N, byte M" messages of the training readers, the evaluator and the encode tool.
+    """
+    with _open_bytes(Path(path)) as f:
         for i, raw in enumerate(f, 1):
             try:
-                raw.decode("utf-8")
+                raw.decode(encoding)
             except UnicodeDecodeError as e:
-                return f"line {i}, byte {e.start + 1} ({raw[e.start:e.start + 1]!r})"
+                return i, e.start + 1, raw[e.start:e.start + 1]
     return None
+
+
+def _first_non_utf8_line(p: Path) -> str | None:
+    """``"line N, byte M (b'\\xff')"`` for the first line of ``p`` that is not valid UTF-8, else None."""
+    bad = first_undecodable_line(p)
+    return None if bad is None else f"line {bad[0]}, byte {bad[1]} ({bad[2]!r})"
 
 
 def _string_features(p: Path, sep: str):

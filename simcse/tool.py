@@ -70,13 +70,10 @@ def _iter_lines(path: Path) -> Iterator[str]:
 def utf8_error_location(path: str | Path) -> str:
     """``'<path>:<line>: byte <k> (b'\\xNN') is not UTF-8'`` for the first line of ``path`` that is not UTF-8
     (1-based line and byte), or ``'<path> is not UTF-8'`` when every line decodes on its own."""
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8"
-    return f"{path} is not UTF-8"
+    from .data import first_undecodable_line
+
+    bad = first_undecodable_line(path)
+    return f"{path} is not UTF-8" if bad is None else f"{path}:{bad[0]}: byte {bad[1]} ({bad[2]!r}) is not UTF-8"
 
 
 def _chunks(it, size: int) -> Iterator[list]:

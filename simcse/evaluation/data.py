@@ -174,14 +174,14 @@ def _cached(fn):
 
 def _not_decodable(path: Path, encoding: str, err: UnicodeDecodeError) -> ValueError:
     """A ValueError naming the file, line and byte that ``encoding`` cannot decode."""
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            try:
-                raw.decode(encoding)
-            except UnicodeDecodeError as e:
-                return ValueError(f"{path}:{i}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not valid "
-                                  f"{encoding}; expected a {encoding} text file as SentEval distributes it")
-    return ValueError(f"{path}: not valid {encoding} ({err})")
+    from ..data import first_undecodable_line
+
+    bad = first_undecodable_line(path, encoding)
+    if bad is None:
+        return ValueError(f"{path}: not valid {encoding} ({err})")
+    line, byte, char = bad
+    return ValueError(f"{path}:{line}: byte {byte} ({char!r}) is not valid {encoding}; "
+                      f"expected a {encoding} text file as SentEval distributes it")
 
 
 def _read_lines(path: Path, encoding: str) -> list[str]:
