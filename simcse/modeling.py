@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -197,9 +198,7 @@ def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Ge
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability p must be in [0, 1); got {p}")
-    n = 1
-    for d in shape:
-        n *= int(d)
+    n = math.prod(int(d) for d in shape)
     threshold = round(p * 65536)
     words = torch.empty((n + 1) // 2, dtype=torch.int32).random_(-2**31, 2**31, generator=generator)
     mask = words.view(torch.int16)[:n].view(shape) >= (threshold - 32768)

@@ -150,3 +150,15 @@ def training_error(argv: list[str]) -> str:
 def logged_losses(trainer) -> list[float]:
     """The training losses the trainer logged, in order."""
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def load_script(name: str, module_name: str | None = None):
+    """Import ``scripts/<name>.py`` as a module (scripts are not a package), fresh on every call."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(module_name or name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, make_tiny_model, random_sentences, training_error
+from conftest import SENTENCES, load_script, make_tiny_model, random_sentences, training_error
 from simcse import train as train_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -357,10 +356,7 @@ def test_no_hard_negatives_trains_on_pairs(tmp_path, tiny_bert_dir):
 
 # ------------------------------------------------------------------------------------ run_ablation.py
 def _runner():
-    spec = importlib.util.spec_from_file_location("run_ablation", REPO / "scripts" / "run_ablation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("run_ablation")
 
 
 def test_every_ablation_config_parses(tmp_path, tiny_bert_dir, train_txt):

@@ -4,7 +4,6 @@ Every metric is compared with a direct Python/numpy loop on small random data.
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -17,10 +16,9 @@ import torch
 from simcse import analysis as A
 from simcse import plots as P
 
-from conftest import SENTENCES
+from conftest import SENTENCES, load_script
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -463,10 +461,7 @@ def test_align_uniform_callback_on_tiny_run(tiny_bert_dir, train_txt, tmp_path):
 
 # ------------------------------------------------------------------------------------------- script
 def _script():
-    spec = importlib.util.spec_from_file_location("plot_figures", ROOT / "scripts" / "plot_figures.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("plot_figures")
 
 
 def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):

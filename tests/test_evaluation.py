@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
+from conftest import load_script
 from simcse.evaluation import (
     TASKS,
     cosine_similarity,
@@ -423,12 +424,7 @@ def test_tables_values_and_no_zero_for_missing_tasks(senteval_dir):
 
 # ------------------------------------------------------------------------------------------ script
 def _script_main():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("simcse_evaluation_script", REPO / "scripts" / "evaluation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
+    return load_script("evaluation", "simcse_evaluation_script").main
 
 
 def test_script_one_line_errors(senteval_dir, tmp_path, tiny_bert_dir):

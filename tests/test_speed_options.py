@@ -2,16 +2,14 @@
 and the FLOP/token accounting of scripts/benchmark_train.py."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
-from pathlib import Path
 
 import pytest
 import torch
 
 import simcse.modeling as modeling
-from conftest import SENTENCES, logged_losses, run_training
+from conftest import SENTENCES, load_script, logged_losses, run_training
 from simcse.modeling import SimCSEModel
 
 POOLERS = ["cls", "avg", "avg_first_last", "avg_top2"]
@@ -165,11 +163,7 @@ def test_bad_attn_implementation_is_refused(tiny_bert_dir, train_txt):
 
 # ------------------------------------------------------------------------------ benchmark accounting
 def _bench():
-    path = Path(__file__).resolve().parent.parent / "scripts" / "benchmark_train.py"
-    spec = importlib.util.spec_from_file_location("benchmark_train", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmark_train")
 
 
 def test_benchmark_flop_count_and_token_counter():
@@ -263,10 +257,7 @@ def test_training_uses_cpu_dropout_by_default_and_can_turn_it_off(tmp_path, tiny
 def test_gpu_benchmark_script_runs_on_cpu_as_a_smoke_test(capsys):
     """scripts/benchmark_gpu.py (for a lent GPU) builds its own random model, tokenizer and data; on CPU with
     the tiny shape it must run end to end and report a finite rate and MFU for every batch size."""
-    path = Path(__file__).resolve().parent.parent / "scripts" / "benchmark_gpu.py"
-    spec = importlib.util.spec_from_file_location("benchmark_gpu", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmark_gpu")
     out = mod.main(["--device", "cpu", "--shape", "tiny", "--batch-sizes", "4,8", "--warmup", "1", "--steps", "1",
                     "--threads", "1"])
     assert sorted(out["runs"]) == [4, 8]
