@@ -8,7 +8,11 @@ setup(
     description="SimCSE: simple contrastive learning of sentence embeddings (re-implementation with tests and tools)",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8") if Path(__file__).with_name("README.md").exists() else "",
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["simcse", "simcse.*"]),
+    license="MIT",
+    # the checkout's configs/ folder ships inside the package as simcse/configs (``simcse train --config NAME``)
+    packages=find_packages(include=["simcse", "simcse.*"]) + ["simcse.configs", "simcse.configs.ablations"],
+    package_dir={"simcse.configs": "configs"},
+    package_data={"simcse.configs": ["*.json"], "simcse.configs.ablations": ["*.json"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1",

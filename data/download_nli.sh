@@ -1,4 +1,4 @@
 #!/usr/bin/env bash
-# nli_for_simcse.csv: supervised SimCSE triplets (sent0 premise, sent1 entailment, hard_neg contradiction)
-# from SNLI + MNLI. Downloads from the reference project's public location, or links $SIMCSE_DATA_MIRROR/nli_for_simcse.csv.
-exec bash "$(dirname "$0")/fetch_file.sh" nli_for_simcse.csv
+# nli_for_simcse.csv: supervised SimCSE triplets (sent0 premise, sent1 entailment, hard_neg contradiction) from
+# SNLI + MNLI, into data/. Same as `simcse download nli` (links from $SIMCSE_DATA_MIRROR when set).
+exec "${PYTHON:-python3}" "$(dirname "$0")/../simcse/download.py" nli --dest "$(dirname "$0")/nli_for_simcse.csv"

@@ -24,7 +24,7 @@ fi
 [ -n "${MAX_STEPS:-}" ] && args+=(--max_steps "$MAX_STEPS")
 [ -n "${MAX_TRAIN_SAMPLES:-}" ] && args+=(--max_train_samples "$MAX_TRAIN_SAMPLES")
 [ -n "${OUTPUT_DIR:-}" ] && args+=(--output_dir "$OUTPUT_DIR")
-args+=(--train_file "$TRAIN_FILE")
+args+=(--train_file "$TRAIN_FILE" --overwrite_output_dir true)  # as the reference scripts
 
 if [ "$NUM_GPU" -gt 1 ]; then
   launcher=(torchrun --nproc_per_node="$NUM_GPU" scripts/train.py)

@@ -19,16 +19,35 @@ class ModelArguments:
     pooler_type: str = field(default="cls", metadata={"help": f"Pooler, one of {sorted(POOLERS)}."})
     mlp_only_train: bool = field(default=False, metadata={"help": "Use the cls MLP only in training (unsupervised SimCSE default)."})
     temp: float = field(default=0.05, metadata={"help": "InfoNCE temperature tau (> 0)."})
-    hard_negative_weight: float = field(
-        default=1.0,
-        metadata={"help": "alpha of Eq. 5, a multiplicative weight >= 0 on each query's own hard negative. "
-                          "The reference's --hard_negative_weight w is a log-weight: use alpha = exp(w) "
-                          "(reference 0 == alpha 1, the default)."},
+    hard_negative_weight: float | None = field(
+        default=None,
+        metadata={"help": "The reference's option, with its meaning: w is added to the logit (cosine / temp) of each "
+                          "query's own hard negative, i.e. the log of its weight; Eq. 5's alpha = exp(w). Default "
+                          "0.0 (alpha 1, the paper's setting). Only has an effect with hard negatives (3-column CSV). "
+                          "Not together with --hard_negative_alpha."},
+    )
+    hard_negative_alpha: float | None = field(
+        default=None,
+        metadata={"help": "Eq. 5's alpha >= 0, the multiplicative weight of each query's own hard negative "
+                          "(= exp(--hard_negative_weight)); 0 removes it from the denominator. Not together with "
+                          "--hard_negative_weight."},
     )
     do_mlm: bool = field(default=False, metadata={"help": "Add the auxiliary MLM loss (Appendix D)."})
     mlm_weight: float = field(default=0.1, metadata={"help": "lambda, weight of the MLM loss."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM (80/10/10)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code from the model folder."})
+    # ---- the reference train.py's Hugging Face model options, same meaning
+    config_name: str | None = field(default=None, metadata={"help": "Encoder config name or path, if not the same as model_name_or_path."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or path, if not the same as model_name_or_path."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to store models downloaded from the hub."})
+    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (tokenizers-backed) tokenizer."})
+    model_revision: str = field(default="main", metadata={"help": "Hub model version: branch, tag or commit id."})
+    use_auth_token: bool = field(default=False, metadata={"help": "Use the token saved by `hf auth login` (private hub models)."})
+    model_type: str | None = field(
+        default=None,
+        metadata={"help": "Accepted for the reference's command lines; as there, it only matters when training from "
+                          "scratch, which neither the reference nor simcse supports (model_name_or_path is required)."},
+    )
     gradient_cache_chunk_size: int | None = field(
         default=None,
         metadata={"help": "Gradient caching (GradCache, Gao et al. 2021): run the encoder on chunks of this many "
@@ -87,6 +106,23 @@ class ModelArguments:
                           "every dropout off (false, Table 1's 'w/o dropout')."},
     )
 
+    def _resolve_hard_negative(self) -> None:
+        """Check the two hard-negative options and set both: ``hard_negative_alpha = exp(hard_negative_weight)``."""
+        w, alpha = self.hard_negative_weight, self.hard_negative_alpha
+        if w is not None and alpha is not None:
+            raise ValueError(f"--hard_negative_weight ({w}, added to the logit) and --hard_negative_alpha ({alpha}, "
+                             "multiplicative) set the same thing: give one (alpha = exp(weight))")
+        if alpha is not None:
+            if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
+                raise ValueError(f"--hard_negative_alpha must be a finite number >= 0, got {alpha}")
+            self.hard_negative_weight = math.log(alpha) if alpha > 0 else -math.inf
+            return
+        w = 0.0 if w is None else w
+        if not isinstance(w, (int, float)) or math.isnan(w) or w == math.inf or w > 700:
+            raise ValueError(f"--hard_negative_weight must be a number <= 700 (it is added to a logit; exp(w) is "
+                             f"the weight), got {w}")
+        self.hard_negative_weight, self.hard_negative_alpha = float(w), math.exp(w)
+
     def __post_init__(self):
         get_pooler(self.pooler_type)
         if self.attn_implementation not in (None, "sdpa", "eager"):
@@ -107,8 +143,7 @@ class ModelArguments:
             raise ValueError("--two_encoders cannot be combined with --do_mlm or --gradient_cache_chunk_size")
         if not (isinstance(self.temp, (int, float)) and math.isfinite(self.temp) and self.temp > 0):
             raise ValueError(f"--temp must be a finite number > 0, got {self.temp}")
-        if not self.hard_negative_weight >= 0:
-            raise ValueError(f"--hard_negative_weight (alpha) must be >= 0, got {self.hard_negative_weight}")
+        self._resolve_hard_negative()
         if not self.mlm_weight >= 0:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
@@ -149,6 +184,22 @@ class DataTrainingArguments:
         metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
     )
 
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into --output_dir even when it exists and is not empty (otherwise refused, as in "
+                          "the reference; --resume_from_checkpoint also allows it)."},
+    )
+    eval_transfer: bool = field(
+        default=False,
+        metadata={"help": "Also score the 7 transfer tasks (dev accuracy, fast 5-fold mode) at every evaluation, "
+                          "as the reference's --eval_transfer; the checkpoint choice still uses stsb_spearman."},
+    )
+    # ---- the reference train.py's Hugging Face data options; simcse trains from --train_file only
+    dataset_name: str | None = field(default=None, metadata={"help": "Not supported (the reference only reads --train_file either); error when given."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Not supported, as --dataset_name."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Accepted; no effect (tokenisation is not cached on disk here)."})
+    validation_split_percentage: int | None = field(default=5, metadata={"help": "Accepted; no effect (unused by the reference too)."})
+
     def __post_init__(self):
         from .data import OBJECTIVE_WINDOWS, check_train_file
 
@@ -163,4 +214,7 @@ class DataTrainingArguments:
             raise ValueError(f"--max_seq_length must be an integer >= 2 (room for [CLS] and [SEP]), got {self.max_seq_length}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
+        if self.dataset_name or self.dataset_config_name:
+            raise ValueError("--dataset_name/--dataset_config_name are not supported: give the data as --train_file "
+                             "(a .txt or .csv file), as the reference's train.py requires too")
         check_train_file(self.train_file)

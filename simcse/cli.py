@@ -4,8 +4,11 @@
     simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
     simcse export   --model M --output DIR --format sentence-transformers|huggingface
-    simcse train    ...   # the arguments of scripts/train.py (simcse.train.main)
-    simcse evaluate ...   # the arguments of scripts/evaluation.py
+    simcse train    [--config unsup_bert_base] ...   # simcse.train.main; --list_configs lists packaged configs
+    simcse evaluate --model_name_or_path M [--pooler cls] [--mode test] [--task_set sts]   # simcse.evaluation.cli
+    simcse download wiki|nli|senteval|all [--dest PATH]   # honours $SIMCSE_DATA_MIRROR (simcse.download)
+
+``python -m simcse ...`` is the same command.
 
 Input files hold one sentence per line (UTF-8). ``encode`` writes a float32 ``.npy`` of shape (N, H), row i
 for line i; a blank line is an error unless ``--skip-blank`` (then rows follow the non-blank lines).
@@ -37,8 +40,8 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
-                                "export, train, evaluate.")
-    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,train,evaluate}")
+                                "export, train, evaluate, download.")
+    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,train,evaluate,download}")
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
@@ -74,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=["sentence-transformers", "huggingface"], default="sentence-transformers")
     x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
 
-    sub.add_parser("train", help="train (arguments of scripts/train.py; 'simcse train --help')", add_help=False)
-    sub.add_parser("evaluate", help="SentEval evaluation (arguments of scripts/evaluation.py)", add_help=False)
+    sub.add_parser("train", help="train ('simcse train --help'; --config NAME for a packaged config)", add_help=False)
+    sub.add_parser("evaluate", help="SentEval STS/transfer evaluation ('simcse evaluate --help')", add_help=False)
+    sub.add_parser("download", help="get wiki, nli or senteval data ('simcse download --help')", add_help=False)
     return p
 
 
@@ -206,26 +210,21 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
-def _find_evaluation_main():
-    """``simcse.evaluation.main`` when it exists, else ``main`` of the checkout's ``scripts/evaluation.py``."""
-    import simcse.evaluation as ev
-
-    if callable(getattr(ev, "main", None)):
-        return ev.main
-    script = Path(__file__).resolve().parent.parent / "scripts" / "evaluation.py"
-    if not script.is_file():
-        raise CLIError("'simcse evaluate' needs scripts/evaluation.py from a simcse checkout (not found at "
-                       f"{script})")
-    import runpy
-
-    return runpy.run_path(str(script), run_name="simcse_evaluation_script")["main"]
-
-
 def cmd_evaluate(argv: list[str]) -> int:
-    _find_evaluation_main()(argv)
+    from .evaluation.cli import main as evaluation_main
+
+    evaluation_main(argv)
     return 0
 
 
+def cmd_download(argv: list[str]) -> int:
+    from .download import main as download_main
+
+    return download_main(argv)
+
+
+# commands that parse their own arguments (and --help): everything after the name is handed over
+PASS_THROUGH = {"train": cmd_train, "evaluate": cmd_evaluate, "download": cmd_download}
 COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "export": cmd_export}
 
 
@@ -234,10 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         # train/evaluate own their argument parsing (and --help): hand everything after the name over
-        if argv and argv[0] == "train":
-            return cmd_train(argv[1:])
-        if argv and argv[0] == "evaluate":
-            return cmd_evaluate(argv[1:])
+        if argv and argv[0] in PASS_THROUGH:
+            return PASS_THROUGH[argv[0]](argv[1:])
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:

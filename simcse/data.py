@@ -17,8 +17,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 DOWNLOAD_HINT = {
-    "wiki1m_for_simcse.txt": "bash data/download_wiki.sh",
-    "nli_for_simcse.csv": "bash data/download_nli.sh",
+    "wiki1m_for_simcse.txt": "`simcse download wiki` (in a checkout: `bash data/download_wiki.sh`)",
+    "nli_for_simcse.csv": "`simcse download nli` (in a checkout: `bash data/download_nli.sh`)",
 }
 PAIR_COLUMNS = ("sent0", "sent1")
 TRIPLET_COLUMNS = ("sent0", "sent1", "hard_neg")
@@ -27,7 +27,7 @@ NEUTRAL_COLUMN = "neutral"
 
 def _hint(path: Path) -> str:
     script = DOWNLOAD_HINT.get(path.name)
-    return f" (get it with `{script}`)" if script else ""
+    return f" (get it with {script})" if script else ""
 
 
 def check_train_file(path: str | os.PathLike) -> Path:

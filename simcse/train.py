@@ -1,8 +1,9 @@
 """Training entry point (``python scripts/train.py ...`` or ``simcse train ...``).
 
 Arguments: :class:`~simcse.arguments.ModelArguments`, :class:`~simcse.arguments.DataTrainingArguments` and
-HF ``TrainingArguments``. A first argument ending in ``.json`` is a config whose keys are used as defaults;
-command-line options after it override them.
+HF ``TrainingArguments``. A config (a first argument ending in ``.json``, or ``--config NAME_OR_PATH`` with a
+packaged name such as ``unsup_bert_base``; ``--list_configs`` lists them) gives defaults that the other
+options override. The reference's transformers-4 options are translated (:mod:`simcse.compat`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .compat import check_output_dir
+
 logger = logging.getLogger("simcse.train")
 
 
@@ -18,10 +21,43 @@ class SetupError(Exception):
     """A problem with the arguments or inputs found before training starts."""
 
 
+def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the config named by a first argument ending in ``.json`` or by ``--config X``, the other arguments)."""
+    config = None
+    if argv and argv[0].endswith(".json") and not argv[0].startswith("-"):
+        config, argv = argv[0], argv[1:]
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--config" or argv[i].startswith("--config="):
+            value = argv[i].partition("=")[2] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else "")
+            if not value or value.startswith("--"):
+                raise SetupError("--config needs a packaged config name (e.g. unsup_bert_base) or a JSON file path")
+            if config is not None:
+                raise SetupError(f"two configs given ({config!r} and {value!r}); give one")
+            config = value
+            i += 1 if "=" in argv[i] else 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    return config, rest
+
+
 def parse_args(argv: list[str]):
+    """Parse training arguments into (ModelArguments, DataTrainingArguments, TrainingArguments).
+
+    ``argv`` may start with a config (a JSON file, or ``--config NAME_OR_PATH`` anywhere: a packaged config
+    such as ``unsup_bert_base``); its keys become defaults that later options override. transformers-4
+    options of the reference's scripts are translated first (:func:`simcse.compat.translate_legacy_args`).
+
+    Raises:
+        SetupError: one line naming the bad option or file.
+    """
     from transformers import HfArgumentParser, TrainingArguments
 
     from .arguments import DataTrainingArguments, ModelArguments
+    from .compat import check_fp16_device, translate_legacy_args
+    from .recipes import resolve_config, resolve_model_placeholder
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
 
@@ -29,31 +65,69 @@ def parse_args(argv: list[str]):
         raise SetupError(f"{message} (see --help)")
 
     parser.error = one_line_error
-    if argv and argv[0].endswith(".json"):
+    config, argv = _split_config(argv)
+    if config is not None:
         try:
-            with open(argv[0], encoding="utf-8") as f:
+            config = str(resolve_config(config))
+        except FileNotFoundError as e:
+            raise SetupError(str(e)) from e
+        try:
+            with open(config, encoding="utf-8") as f:
                 cfg = json.load(f)
         except OSError as e:
-            raise SetupError(f"cannot read config file {argv[0]!r}: {e.strerror or e}") from e
+            raise SetupError(f"cannot read config file {config!r}: {e.strerror or e}") from e
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SetupError(f"config file {argv[0]!r} is not valid JSON: {e}") from e
+            raise SetupError(f"config file {config!r} is not valid JSON: {e}") from e
         if not isinstance(cfg, dict):
-            raise SetupError(f"config file {argv[0]!r} must hold a JSON object of option: value, got {type(cfg).__name__}")
+            raise SetupError(f"config file {config!r} must hold a JSON object of option: value, got {type(cfg).__name__}")
         prefix = []
         for key, value in cfg.items():
             if key.startswith("_"):
                 continue  # comments
             prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
-        argv = prefix + argv[1:]
+        argv = prefix + argv
+    argv = translate_legacy_args(argv)
     try:
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, OSError) as e:
+        raise SetupError(str(e)) from e
+    try:
+        model_args.model_name_or_path = resolve_model_placeholder(model_args.model_name_or_path)
+        check_fp16_device(training_args.fp16, training_args.use_cpu)
+    except ValueError as e:
         raise SetupError(str(e)) from e
     out = Path(training_args.output_dir).expanduser() if training_args.output_dir else None
     blocker = next((q for q in ([out, *out.parents] if out else []) if q.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise SetupError(f"--output_dir {training_args.output_dir!r} cannot be used: {str(blocker)!r} is a file, not a folder")
     return model_args, data_args, training_args
+
+
+def _hub_kwargs(model_args) -> dict:
+    """The reference's hub options (--cache_dir, --model_revision, --use_auth_token) as from_pretrained kwargs."""
+    hub = {}
+    if model_args.cache_dir:
+        hub["cache_dir"] = model_args.cache_dir
+    if model_args.model_revision not in (None, "main"):
+        hub["revision"] = model_args.model_revision
+    if model_args.use_auth_token:
+        hub["token"] = True
+    return hub
+
+
+def _replace_tokenizer(model, model_args, hub: dict) -> None:
+    """--tokenizer_name / --use_fast_tokenizer false: load that tokenizer and, as the reference did, resize the
+    encoder's token embeddings to its length."""
+    if not model_args.tokenizer_name and model_args.use_fast_tokenizer:
+        return
+    from transformers import AutoTokenizer
+
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    model.tokenizer = AutoTokenizer.from_pretrained(name, use_fast=model_args.use_fast_tokenizer,
+                                                    trust_remote_code=model_args.trust_remote_code, **hub)
+    if len(model.tokenizer) != model.encoder.get_input_embeddings().num_embeddings:
+        model.encoder.resize_token_embeddings(len(model.tokenizer))
+        logger.info("token embeddings resized to the tokenizer's %d tokens", len(model.tokenizer))
 
 
 def build(model_args, data_args, training_args):
@@ -78,13 +152,19 @@ def build(model_args, data_args, training_args):
             from .evaluation import resolve_senteval_dir
 
             data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
-        hf_kwargs = {}
+        hub = _hub_kwargs(model_args)
+        hf_kwargs = dict(hub)
         if model_args.attn_implementation is not None:
             hf_kwargs["attn_implementation"] = model_args.attn_implementation
+        config_source = model_args.config_name or model_args.model_name_or_path
         if dropout is not None:
             hf_kwargs["config"], names = encoder_config_with_dropout(
-                model_args.model_name_or_path, dropout, trust_remote_code=model_args.trust_remote_code)
+                config_source, dropout, trust_remote_code=model_args.trust_remote_code)
             logger.info("dropout p=%g set on config attributes %s", dropout, names)
+        elif model_args.config_name:
+            from transformers import AutoConfig
+
+            hf_kwargs["config"] = AutoConfig.from_pretrained(config_source, trust_remote_code=model_args.trust_remote_code, **hub)
         model = SimCSEModel.from_pretrained(
             model_args.model_name_or_path,
             pooler_type=model_args.pooler_type,
@@ -99,6 +179,7 @@ def build(model_args, data_args, training_args):
         else:
             ds, columns = load_sentence_dataset(data_args.train_file, data_args.max_train_samples,
                                                 neutral=data_args.neutral_as_negative)
+        _replace_tokenizer(model, model_args, hub)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
     if model_args.padding_free and model.set_unpadded(True):
@@ -160,7 +241,7 @@ def build(model_args, data_args, training_args):
         data_collator=collator,
         processing_class=model.tokenizer,
         temp=model_args.temp,
-        hard_negative_weight=model_args.hard_negative_weight,
+        hard_negative_weight=model_args.hard_negative_alpha,  # the trainer's keyword takes alpha
         mlm_weight=model_args.mlm_weight,
         senteval_dir=data_args.senteval_dir,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
@@ -186,8 +267,18 @@ def main(argv: list[str] | None = None) -> dict:
     """Run training; returns the final metrics. Setup problems exit with a one-line ``error: ...``."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     argv = sys.argv[1:] if argv is None else argv
+    if "--list_configs" in argv:
+        from .recipes import config_dir, list_configs
+
+        print(f"packaged configs ({config_dir()}):\n  " + "\n  ".join(list_configs()))
+        return {}
     try:
         model_args, data_args, training_args = parse_args(argv)
+        try:
+            check_output_dir(training_args.output_dir, data_args.overwrite_output_dir,
+                             bool(training_args.resume_from_checkpoint))
+        except ValueError as e:
+            raise SetupError(str(e)) from e
         from transformers import set_seed
 
         set_seed(training_args.seed)

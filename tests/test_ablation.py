@@ -326,7 +326,7 @@ def test_neutral_negatives_add_a_fourth_view_to_the_loss(tmp_path, tiny_bert_dir
 
     rows = [[s, s + " too", SENTENCES[(i + 3) % 12], SENTENCES[(i + 6) % 12]] for i, s in enumerate(SENTENCES)]
     f = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg", "neutral"], rows)
-    trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--neutral_as_negative", "true", "--hard_negative_weight", "2.0"))
+    trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--neutral_as_negative", "true", "--hard_negative_alpha", "2.0"))
     batch = _first_batch(trainer)
     assert batch["input_ids"].shape[1] == 4
     z = torch.randn(8, 4, 5, generator=torch.Generator().manual_seed(0))

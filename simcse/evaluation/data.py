@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-DOWNLOAD_HINT = "bash data/download_senteval.sh"
+DOWNLOAD_HINT = "`simcse download senteval` (in a checkout: `bash data/download_senteval.sh`)"
 
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
@@ -58,7 +58,7 @@ def resolve_senteval_dir(path: str | os.PathLike | None = None) -> Path:
 
     Order: ``path`` if given; else ``$SIMCSE_SENTEVAL_DIR``; else ``$SIMCSE_DATA_MIRROR/senteval/downstream``
     when ``SIMCSE_DATA_MIRROR`` is set; else ``data/downstream`` relative to the working directory (where
-    ``bash data/download_senteval.sh`` puts it).
+    ``simcse download senteval`` puts it).
 
     Raises:
         FileNotFoundError: the chosen folder does not exist (the message names it and the download script).
@@ -73,8 +73,8 @@ def resolve_senteval_dir(path: str | os.PathLike | None = None) -> Path:
         folder, how = Path("data/downstream"), "default data/downstream"
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"SentEval data folder {str(folder)!r} ({how}) does not exist; run `{DOWNLOAD_HINT}` "
-            "from the repository root, or point SIMCSE_SENTEVAL_DIR / --data_dir at a SentEval data/downstream folder"
+            f"SentEval data folder {str(folder)!r} ({how}) does not exist; run {DOWNLOAD_HINT} "
+            "in the working folder, or point SIMCSE_SENTEVAL_DIR / --data_dir at a SentEval data/downstream folder"
         )
     return folder
 

@@ -211,7 +211,7 @@ def check_data(data_dir: Path, tasks: Iterable[str]) -> None:
             problems.append(f"{t} (missing {shown} in {folder})")
     if problems:
         raise FileNotFoundError(
-            f"SentEval data incomplete under {data_dir}: {'; '.join(problems)}; run `{D.DOWNLOAD_HINT}` "
+            f"SentEval data incomplete under {data_dir}: {'; '.join(problems)}; run {D.DOWNLOAD_HINT} "
             "or point --data_dir / SIMCSE_SENTEVAL_DIR at a complete SentEval data/downstream folder"
         )
 
@@ -312,7 +312,7 @@ def evaluate_sts_dev(encode: Encoder, data_dir: str | Path | None = None) -> dic
     sick_file = folder / "SICK" / "SICK_trial.txt"
     missing = [str(f) for f in (stsb_file, sick_file) if not f.is_file()]
     if missing:
-        raise FileNotFoundError(f"STS dev data missing: {', '.join(missing)}; run `{D.DOWNLOAD_HINT}` "
+        raise FileNotFoundError(f"STS dev data missing: {', '.join(missing)}; run {D.DOWNLOAD_HINT} "
                                 "or point data_dir / SIMCSE_SENTEVAL_DIR at a SentEval data/downstream folder")
     unique, parts = _dev_plan(D._cache_key(stsb_file), D._cache_key(sick_file))
     emb = _encode_once(encode, unique).matrix

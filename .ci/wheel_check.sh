@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The installed wheel is the whole product: build it, install it into a fresh venv in a temporary folder outside
+# the checkout, and run `simcse download`, `evaluate` (dev mode, tiny model), a 3-step `train` from a packaged
+# config, `encode` and `python -m simcse` there. Run by .ci/run with the CI venv active.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=$(command -v python)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/simcse-wheel.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+start=$(date +%s)
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" "$ROOT"
+"$PY" -m venv --without-pip "$TMP/venv"
+# The dependencies (torch, transformers...) come from the CI venv through one .pth path line instead of a second
+# download. Only that folder is added: the .pth files inside it (the CI venv's editable simcse) are not run, so
+# `import simcse` below can only find the wheel's copy.
+site_new=$("$TMP/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site_new/simcse_ci_dependencies.pth"
+"$PY" -m pip --python "$TMP/venv/bin/python" install -q --no-deps --no-index "$TMP"/dist/simcse-*.whl
+
+cd "$TMP"
+unset PYTHONPATH
+export PATH="$TMP/venv/bin:$PATH" HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
+python - <<'EOF'
+import sys, simcse
+assert simcse.__file__.startswith(sys.prefix), f"simcse imported from {simcse.__file__}, not the fresh venv"
+print(f"[wheel] simcse {simcse.__version__} from {simcse.__file__}")
+EOF
+python -m simcse --help > /dev/null
+simcse download senteval
+simcse download wiki
+unset SIMCSE_DATA_MIRROR SIMCSE_SENTEVAL_DIR  # from here on the downloaded data/ is what is read
+python - <<'EOF'
+# a tiny random BERT with its own vocabulary (the CI has no model hub)
+from pathlib import Path
+import torch
+from transformers import BertConfig, BertModel, BertTokenizerFast
+words = "a the man woman dog cat is are playing riding guitar horse car road park runs sits on in with and of".split()
+Path("tiny").mkdir()
+Path("tiny/vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+tok = BertTokenizerFast(vocab="tiny/vocab.txt", do_lower_case=True)
+torch.manual_seed(0)
+BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)).save_pretrained("tiny")
+tok.save_pretrained("tiny")
+EOF
+simcse evaluate --model_name_or_path tiny --mode dev --task_set sts --quiet --batch_size 256 | tail -4
+simcse train --config unsup_cpu_minilm --model_name_or_path tiny --output_dir out --max_steps 3 --eval_steps 3 \
+  --save_steps 3 --logging_steps 1 --max_train_samples 512 --per_device_train_batch_size 16 --use_cpu true \
+  --test_after_training false 2>&1 | grep '^\[simcse\]'
+test -f out/simcse_config.json
+printf 'a man is playing the guitar .\nthe dog runs in the park .\n' > s.txt
+simcse encode --model out --input s.txt --output emb.npy
+python -c 'import numpy as np; e = np.load("emb.npy"); assert e.shape == (2, 32), e.shape; print("[wheel] encode:", e.shape)'
+echo "[wheel] wheel check passed in $(( $(date +%s) - start )) s"

