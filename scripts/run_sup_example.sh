@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Supervised SimCSE (paper Section 4): NLI (premise, entailment) pairs are positives, the contradiction
-# hypothesis is a hard negative (Eq. 5, alpha = hard_negative_weight = 1).
+# hypothesis is a hard negative (Eq. 5, alpha 1: --hard_negative_weight 0, the reference default).
 #
 # With GPUs: the paper's recipe (configs/sup_bert_base.json: bert-base-uncased, nli_for_simcse.csv, 3 epochs,
 #   512 sentences per step in total split over the visible GPUs, lr 5e-5, max_seq_length 32, cls pooler, temp

@@ -4,6 +4,7 @@
     simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
     simcse export   --model M --output DIR --format sentence-transformers|huggingface
+    simcse convert  --model REFERENCE_CHECKPOINT --pooler cls|cls_before_pooler|... --output DIR [--mlp_only_train]
     simcse train    [--config unsup_bert_base] ...   # simcse.train.main; --list_configs lists packaged configs
     simcse evaluate --model_name_or_path M [--pooler cls] [--mode test] [--task_set sts]   # simcse.evaluation.cli
     simcse download wiki|nli|senteval|all [--dest PATH]   # honours $SIMCSE_DATA_MIRROR (simcse.download)
@@ -41,7 +42,7 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
                                 "export, train, evaluate, download.")
-    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,train,evaluate,download}")
+    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,convert,train,evaluate,download}")
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
@@ -76,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--output", required=True)
     x.add_argument("--format", choices=["sentence-transformers", "huggingface"], default="sentence-transformers")
     x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
+
+    c = sub.add_parser("convert", help="write a reference SimCSE trainer checkpoint (or any encoder) in simcse's format")
+    c.add_argument("--model", "--model_name_or_path", "--path", dest="model", required=True,
+                   help="folder written by the reference's train.py (pytorch_model.bin with bert./roberta. and mlp.* keys)")
+    c.add_argument("--pooler", "--pooler_type", dest="pooler", required=True,
+                   help="the pooler the model was trained for (not recorded in reference checkpoints): cls for "
+                        "supervised, cls_before_pooler for unsupervised (--mlp_only_train) runs")
+    c.add_argument("--mlp_only_train", action="store_true", help="record mlp_only_train (the MLP is kept for further training)")
+    c.add_argument("--output", required=True, help="new folder (must not exist or be empty)")
 
     sub.add_parser("train", help="train ('simcse train --help'; --config NAME for a packaged config)", add_help=False)
     sub.add_parser("evaluate", help="SentEval STS/transfer evaluation ('simcse evaluate --help')", add_help=False)
@@ -203,6 +213,18 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_convert(args) -> int:
+    from .modeling import SimCSEModel
+
+    out = Path(args.output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CLIError(f"--output {args.output!r} exists and is not an empty folder")
+    model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler, mlp_only_train=args.mlp_only_train or None)
+    model.save_pretrained(out)
+    print(f"wrote {out} (pooler {model.pooler_type}, mlp_only_train {model.mlp_only_train})", file=sys.stderr)
+    return 0
+
+
 def cmd_train(argv: list[str]) -> int:
     from .train import main as train_main
 
@@ -225,7 +247,8 @@ def cmd_download(argv: list[str]) -> int:
 
 # commands that parse their own arguments (and --help): everything after the name is handed over
 PASS_THROUGH = {"train": cmd_train, "evaluate": cmd_evaluate, "download": cmd_download}
-COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "export": cmd_export}
+COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "export": cmd_export,
+            "convert": cmd_convert}
 
 
 def main(argv: list[str] | None = None) -> int:

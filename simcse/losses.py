@@ -26,7 +26,7 @@ def info_nce(
     z2: torch.Tensor,
     *negatives: torch.Tensor | None,
     temp: float = 0.05,
-    hard_negative_weight: float = 1.0,
+    hard_negative_alpha: float = 1.0,
     labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SimCSE's InfoNCE loss with in-batch negatives and any number of negative sets.
@@ -38,7 +38,7 @@ def info_nce(
                     / ( sum_j e^{sim(z1_i, z2_j)/temp} + sum_j alpha^{[j = p_i]} e^{sim(z1_i, z3_j)/temp}
                         + sum_e sum_j e^{sim(z1_i, e_j)/temp} )
 
-    which is Eq. 1/4 of the paper without negatives and Eq. 5 with one set (``alpha = hard_negative_weight``,
+    which is Eq. 1/4 of the paper without negatives and Eq. 5 with one set (``alpha = hard_negative_alpha``,
     applied to the first set only); further sets (e.g. the neutral hypotheses of paper Table 7) append their
     logits to the denominator with weight 1. ``sim`` is cosine similarity. Returns the mean over queries, a
     float32 scalar.
@@ -50,14 +50,14 @@ def info_nce(
         negatives: zero or more (M, H) negative sets aligned with ``z2``; the first is the hard negatives
             (contradictions). A trailing ``None`` is ignored (``info_nce(z1, z2, None)`` == ``info_nce(z1, z2)``).
         temp: temperature tau > 0 (paper: 0.05).
-        hard_negative_weight: alpha >= 0, a *multiplicative* weight on each query's own hard negative
-            (Eq. 5; alpha = 1 is the paper's Table 7 setting). The reference code's argument of the same
-            name is added to the logit instead, i.e. reference ``w`` equals ``log(alpha)`` here:
-            reference 0.0 == alpha 1.0; to port reference ``w`` use ``alpha = exp(w)``.
+        hard_negative_alpha: alpha >= 0, Eq. 5's *multiplicative* weight on each query's own hard negative
+            (alpha = 1 is the paper's Table 7 setting; 0 drops it from the denominator). The reference's
+            ``hard_negative_weight`` w is added to that logit instead: alpha = exp(w), so its default 0.0 is
+            alpha 1.0 (``simcse train --hard_negative_weight`` keeps the reference's meaning and converts).
         labels: optional (B,) int64 column of each query's positive in ``z2`` (default ``arange(B)``).
 
     Raises:
-        ValueError: bad shapes, a ``None`` before a negative set, ``temp <= 0``, ``hard_negative_weight < 0``,
+        ValueError: bad shapes, a ``None`` before a negative set, ``temp <= 0``, ``hard_negative_alpha < 0``,
             or a batch with a single sentence and no negative set (the loss would be identically 0: nothing
             to contrast).
     """
@@ -66,8 +66,8 @@ def info_nce(
         negs.pop()
     if not temp > 0 or not math.isfinite(temp):
         raise ValueError(f"temp must be a finite number > 0, got {temp!r}")
-    if not hard_negative_weight >= 0:
-        raise ValueError(f"hard_negative_weight (alpha) must be >= 0, got {hard_negative_weight!r}")
+    if not hard_negative_alpha >= 0:
+        raise ValueError(f"hard_negative_alpha must be >= 0, got {hard_negative_alpha!r}")
     if z1.dim() != 2 or z2.dim() != 2 or z1.shape[1] != z2.shape[1]:
         raise ValueError(f"z1 and z2 must be (B, H) and (M, H); got {tuple(z1.shape)} and {tuple(z2.shape)}")
     for k, neg in enumerate(negs):
@@ -88,9 +88,9 @@ def info_nce(
     logits = [cosine_logits(z1, z2, temp)]  # (B, M) float32
     for k, neg in enumerate(negs):
         sim = cosine_logits(z1, neg, temp)  # (B, M) float32
-        if k == 0 and hard_negative_weight != 1.0:
+        if k == 0 and hard_negative_alpha != 1.0:
             # alpha multiplies exp(logit) of the own hard negative only: add log(alpha) to that logit.
-            log_alpha = math.log(hard_negative_weight) if hard_negative_weight > 0 else float("-inf")
+            log_alpha = math.log(hard_negative_alpha) if hard_negative_alpha > 0 else float("-inf")
             bonus = torch.zeros_like(sim)
             bonus[torch.arange(batch, device=sim.device), labels] = log_alpha
             sim = sim + bonus

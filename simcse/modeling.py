@@ -34,6 +34,7 @@ from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask et
     set_config_dropout,
 )
 from .pooling import MLPHead, get_pooler
+from .reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
@@ -541,10 +542,14 @@ class SimCSEModel(nn.Module):
         trust_remote_code: bool = False,
         **hf_kwargs,
     ) -> "SimCSEModel":
-        """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, or a hub name.
+        """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, a folder written by the
+        reference code's trainer (:mod:`simcse.reference_checkpoints`; its ``mlp.dense.*`` becomes the ``cls``
+        MLP), or a hub name.
 
         Args:
-            pooler_type: overrides the saved pooler; for a plain HF encoder it defaults to ``cls`` with a warning.
+            pooler_type: overrides the saved pooler. Without one: a reference trainer folder is an error (its
+                pooler is not recorded); the reference's 8 published model ids get their documented pooler
+                (one log line); any other plain HF encoder gets ``cls`` with a warning.
             mlp_only_train: overrides the saved flag (default False for a plain encoder).
             new_mlp_init: how a ``cls`` MLP absent from the folder starts: ``"encoder_pooler"`` copies the
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
@@ -554,7 +559,7 @@ class SimCSEModel(nn.Module):
 
         Raises:
             FileNotFoundError: a local path that is missing or holds no weights.
-            ValueError: an unknown pooler name or ``new_mlp_init``.
+            ValueError: an unknown pooler name or ``new_mlp_init``; a reference trainer folder without a pooler.
         """
         from transformers import AutoTokenizer
 
@@ -563,12 +568,9 @@ class SimCSEModel(nn.Module):
             raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
         is_local = _check_model_dir(path)
         cfg = cls.read_simcse_config(path) if is_local else None
+        ref_mlp = read_reference_mlp(path) if is_local and cfg is None else None
         if pooler_type is None:
-            if cfg is not None:
-                pooler_type = cfg["pooler_type"]
-            else:
-                pooler_type = "cls"
-                logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)
+            pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
         if mlp_only_train is None:
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
@@ -582,11 +584,30 @@ class SimCSEModel(nn.Module):
                 from safetensors.torch import load_file
 
                 model.mlp.load_state_dict(load_file(str(mlp_file)))
+            elif ref_mlp is not None:
+                model.mlp.load_state_dict(ref_mlp)
+                logger.info("%s: the cls MLP is the reference checkpoint's mlp.dense.*", path)
             elif new_mlp_init == "encoder_pooler" and hf_dense is not None and hf_dense.weight.shape == model.mlp.dense.weight.shape:
                 model.mlp.dense.load_state_dict(hf_dense.state_dict())
             elif new_mlp_init == "encoder_pooler" and not mlp_only_train:
                 logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
         return model
+
+    @staticmethod
+    def _default_pooler(path: str, cfg: dict | None, reference_folder: bool) -> str:
+        """The pooler when none is given: the saved one; for the reference's 8 published ids their documented one
+        (one log line); none for a reference trainer folder (ValueError); else ``cls`` with a warning."""
+        if cfg is not None:
+            return cfg["pooler_type"]
+        if reference_folder:
+            raise ValueError(missing_pooler_message(path))
+        documented = published_pooler(path)
+        if documented is not None:
+            logger.warning("%s is one of the reference's published models: using its documented pooler %r "
+                           "(pass pooler_type to choose)", path, documented)
+            return documented
+        logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)
+        return "cls"
 
     def load_weights(self, path: str | os.PathLike) -> None:
         """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place."""

@@ -243,7 +243,8 @@ def build(model_args, data_args, training_args):
         data_collator=collator,
         processing_class=model.tokenizer,
         temp=model_args.temp,
-        hard_negative_weight=model_args.hard_negative_alpha,  # the trainer's keyword takes alpha
+        hard_negative_alpha=model_args.hard_negative_alpha,
+        eval_transfer=data_args.eval_transfer,
         mlm_weight=model_args.mlm_weight,
         senteval_dir=data_args.senteval_dir,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
@@ -262,6 +263,7 @@ def _corr(value) -> float:
 
 def _print_metrics(title: str, metrics: dict) -> None:
     parts = [f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float) and ("spearman" in k or "avg_sts" in k)]
+    parts += [f"{k}={v:.2f}" for k, v in metrics.items() if k.endswith("avg_transfer")]
     print(f"[simcse] {title}: " + " ".join(parts), flush=True)
 
 
@@ -298,7 +300,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"({sentences:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     trainer.save_model(training_args.output_dir)
-    if data_args.eval_before_training or training_args.eval_strategy != "no":
+    if data_args.eval_before_training or training_args.eval_strategy != "no" or training_args.do_eval:
+        trainer.eval_transfer = data_args.eval_transfer or training_args.do_eval  # the reference's --do_eval
         results["after"] = trainer.evaluate()
         _print_metrics("after training (dev)", results["after"])
     if data_args.test_after_training and training_args.should_save:

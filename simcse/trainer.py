@@ -45,7 +45,10 @@ class SimCSETrainer(Trainer):
 
     Args (besides Trainer's):
         temp: InfoNCE temperature (> 0).
-        hard_negative_weight: alpha of Eq. 5 (multiplicative; see :func:`simcse.losses.info_nce`).
+        hard_negative_alpha: alpha of Eq. 5 (multiplicative; see :func:`simcse.losses.info_nce`); the
+            reference's ``hard_negative_weight`` w is ``log(alpha)``.
+        eval_transfer: :meth:`evaluate` also scores the 7 transfer tasks (dev accuracy, the reference's
+            ``--eval_transfer``).
         mlm_weight: lambda of the auxiliary MLM loss (Appendix D) when the batch carries ``mlm_input_ids``.
         senteval_dir: SentEval ``downstream`` folder for dev evaluation (default: see
             :func:`simcse.evaluation.resolve_senteval_dir`).
@@ -86,9 +89,10 @@ class SimCSETrainer(Trainer):
     # batch carried "labels").
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
+    def __init__(self, *args, temp: float = 0.05, hard_negative_alpha: float = 1.0, mlm_weight: float = 0.1,
                  senteval_dir: str | None = None, eval_max_length: int = 128,
-                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False, **kwargs):
+                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
+                 eval_transfer: bool = False, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
@@ -99,7 +103,8 @@ class SimCSETrainer(Trainer):
         if gradient_cache_chunk_size is not None and (not isinstance(gradient_cache_chunk_size, int) or gradient_cache_chunk_size < 0):
             raise ValueError(f"gradient_cache_chunk_size must be None or an integer >= 0 (0 = off), got {gradient_cache_chunk_size!r}")
         self.temp = temp
-        self.hard_negative_weight = hard_negative_weight
+        self.hard_negative_alpha = hard_negative_alpha
+        self.eval_transfer = bool(eval_transfer)
         self.mlm_weight = mlm_weight
         self.senteval_dir = senteval_dir
         self.eval_max_length = eval_max_length
@@ -162,7 +167,7 @@ class SimCSETrainer(Trainer):
         """InfoNCE of this rank's (B, V, H) embeddings (V >= 2) -> float32 scalar (:func:`simcse.losses.info_nce`).
 
         Queries are view 0; keys are view 1 (positives); views 2.. are negative sets: view 2 the hard negatives
-        (weighted by ``hard_negative_weight``), views 3.. (the neutral hypotheses of ``--neutral_as_negative``,
+        (weighted by ``hard_negative_alpha``), views 3.. (the neutral hypotheses of ``--neutral_as_negative``,
         paper Table 7) more negatives of weight 1. Under torch.distributed the keys of all ranks are gathered
         with gradients and this rank's positives are at ``rank * B + arange(B)``; the loss is the mean over this
         rank's B queries (see the class docstring for why this gives the gradient of the global mean).
@@ -174,7 +179,7 @@ class SimCSETrainer(Trainer):
         if world > 1:
             keys = [all_gather_with_grad(k) for k in keys]  # (W*B, H) each
             labels = torch.arange(batch, device=z.device) + rank * batch
-        return info_nce(z[:, 0], *keys, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
+        return info_nce(z[:, 0], *keys, temp=self.temp, hard_negative_alpha=self.hard_negative_alpha, labels=labels)
 
     def _mlm_loss(self, model, inputs, n_masked: int | None = None) -> torch.Tensor:
         """Auxiliary MLM cross-entropy (float32 scalar) of a (b, V, L) batch with ``mlm_input_ids``/``mlm_labels``.
@@ -280,11 +285,23 @@ class SimCSETrainer(Trainer):
             return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length)
 
         scores = evaluate_sts_dev(encode, data_dir)
+        if self.eval_transfer:
+            scores.update(self._transfer_dev(encode, data_dir))
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
         metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+    @staticmethod
+    def _transfer_dev(encode, data_dir) -> dict[str, float]:
+        """Dev accuracy (percent) of the 7 transfer tasks, fast 5-fold mode, and their mean ``avg_transfer``
+        (the reference trainer's ``eval_transfer`` metrics)."""
+        from .evaluation import TRANSFER_TASKS, evaluate
+
+        res = evaluate(encode, list(TRANSFER_TASKS), data_dir=data_dir, mode="dev")
+        accs = {task: float(res[task]["devacc"]) for task in TRANSFER_TASKS}
+        return {**accs, "avg_transfer": sum(accs.values()) / len(accs)}
 
     # ------------------------------------------------------------------------------------ persistence
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:

@@ -1,6 +1,7 @@
 """The reference's command lines: transformers-4 options, --overwrite_output_dir, --fp16 without CUDA,
 --hard_negative_weight with the reference's meaning, the reference's extra HF options."""
 import csv
+import json
 import logging
 import math
 
@@ -59,7 +60,9 @@ def test_reference_unsup_command_line_parses_with_the_reference_meaning(tmp_path
 
 
 def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
+    """--evaluation_strategy steps evaluates during training; --do_eval adds the transfer tasks at the end."""
     from conftest import random_sentences
+    from test_evaluation import write_senteval
 
     rows = random_sentences(48, seed=3)
     f = tmp_path / "nli.csv"
@@ -67,11 +70,29 @@ def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
         csv.writer(fh).writerows([["sent0", "sent1", "hard_neg"], *zip(rows[:16], rows[16:32], rows[32:])])
     argv = _base(tiny_bert_dir, f, tmp_path / "o") + REFERENCE_SUP + [
         "--per_device_train_batch_size", "8", "--max_steps", "2", "--eval_steps", "2", "--save_steps", "2",
-        "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none"]
+        "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
+        "--senteval_dir", str(write_senteval(tmp_path / "downstream"))]
     trainer = run_training(argv)
     assert trainer.state.global_step == 2
     assert trainer.args.eval_strategy == "steps"
-    assert any("eval_stsb_spearman" in h for h in trainer.state.log_history)
+    evals = [h for h in trainer.state.log_history if "eval_stsb_spearman" in h]
+    assert len(evals) == 2 and "eval_avg_transfer" not in evals[0]  # during training: STS only
+    final = json.loads((tmp_path / "o" / "simcse_results.json").read_text())["after"]
+    tasks = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
+    assert all(0 <= final[f"eval_{t}"] <= 100 for t in tasks)
+    assert final["eval_avg_transfer"] == pytest.approx(sum(final[f"eval_{t}"] for t in tasks) / 7)
+
+
+def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt):
+    from test_evaluation import write_senteval
+
+    argv = _base(tiny_bert_dir, train_txt, tmp_path / "o") + [
+        "--per_device_train_batch_size", "8", "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps", "1",
+        "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
+        "--eval_transfer", "--senteval_dir", str(write_senteval(tmp_path / "downstream"))]
+    trainer = run_training(argv)
+    evals = [h for h in trainer.state.log_history if "eval_stsb_spearman" in h]
+    assert evals and all("eval_avg_transfer" in h and "eval_TREC" in h for h in evals)
 
 
 # ------------------------------------------------------------------------------------------ output folder

@@ -58,7 +58,7 @@ def _make_trainer(model, out_dir, chunk, mlm):
     backend = {"ddp_backend": "gloo"} if "WORLD_SIZE" in os.environ else {}  # set by _worker only
     args = TrainingArguments(output_dir=out_dir, use_cpu=True, report_to="none", **backend,
                              per_device_train_batch_size=GLOBAL_BATCH, dataloader_pin_memory=False, seed=0)
-    trainer = SimCSETrainer(model=model, args=args, temp=0.05, hard_negative_weight=0.5, mlm_weight=0.1 if mlm else 0.0,
+    trainer = SimCSETrainer(model=model, args=args, temp=0.05, hard_negative_alpha=0.5, mlm_weight=0.1 if mlm else 0.0,
                             gradient_cache_chunk_size=chunk)
     trainer.current_gradient_accumulation_steps = 1  # set by HF's training loop
     return trainer

@@ -35,7 +35,7 @@ def test_info_nce_matches_naive_loop(temp):
 def test_hard_negatives_match_naive_loop(alpha):
     g = torch.Generator().manual_seed(1)
     z1, z2, z3 = (torch.randn(5, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    got = info_nce(z1, z2, z3, temp=0.1, hard_negative_weight=alpha).item()
+    got = info_nce(z1, z2, z3, temp=0.1, hard_negative_alpha=alpha).item()
     assert got == pytest.approx(naive_info_nce(z1, z2, z3, temp=0.1, alpha=alpha), rel=1e-5)
 
 
@@ -44,7 +44,7 @@ def test_more_negative_sets_match_naive_loop(alpha):
     # paper Table 7's neutral hypotheses: a second negative set of weight 1, alpha on the first set only
     g = torch.Generator().manual_seed(3)
     z1, z2, z3, z4, z5 = (torch.randn(5, 4, generator=g, dtype=torch.float64) for _ in range(5))
-    got = info_nce(z1, z2, z3, z4, z5, temp=0.1, hard_negative_weight=alpha).item()
+    got = info_nce(z1, z2, z3, z4, z5, temp=0.1, hard_negative_alpha=alpha).item()
     assert got == pytest.approx(naive_info_nce(z1, z2, z3, temp=0.1, alpha=alpha, extra=(z4, z5)), rel=1e-5)
     assert info_nce(z1, z2, None).item() == pytest.approx(info_nce(z1, z2).item(), rel=1e-6)
     with pytest.raises(ValueError, match="negative set 0"):
@@ -60,7 +60,7 @@ def test_reference_log_weight_equivalence():
                         F.cosine_similarity(z1[:, None], z3[None], dim=-1)], 1) / 0.05
     logits[:, 4:] += torch.eye(4) * w
     ref = F.cross_entropy(logits, torch.arange(4))
-    assert info_nce(z1, z2, z3, temp=0.05, hard_negative_weight=math.exp(w)).item() == pytest.approx(ref.item(), rel=1e-4)
+    assert info_nce(z1, z2, z3, temp=0.05, hard_negative_alpha=math.exp(w)).item() == pytest.approx(ref.item(), rel=1e-4)
 
 
 def test_temperature_scales_logits():
@@ -84,7 +84,7 @@ def test_extreme_embeddings_stay_finite():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"temp": 0.0}, "temp"), ({"temp": -1.0}, "temp"), ({"temp": float("nan")}, "temp"),
-    ({"hard_negative_weight": -0.5}, "hard_negative_weight"),
+    ({"hard_negative_alpha": -0.5}, "hard_negative_alpha"),
 ])
 def test_bad_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
