@@ -162,6 +162,27 @@ def clip_cosine(scores):
     return a
 
 
+def _pooler_for(model_name_or_path, pooler: str | None) -> str | None:
+    """The pooler to load ``model_name_or_path`` with: the one its folder records
+    (:func:`simcse.pooling.recorded_pooler`), else ``pooler`` (None: the loader's default).
+
+    Raises:
+        ValueError: ``pooler`` differs from the recorded one (embeddings would not be the model's own).
+    """
+    from .pooling import get_pooler, recorded_pooler
+
+    if pooler is not None:
+        get_pooler(pooler)  # an unknown name fails first, with the list of poolers
+    rec = recorded_pooler(model_name_or_path)
+    if rec is None:
+        return pooler
+    if pooler is not None and pooler != rec[0]:
+        raise ValueError(f"pooler={pooler!r} differs from the pooler {str(model_name_or_path)!r} records "
+                         f"({rec[0]!r}, in {rec[1]}); drop pooler= to use it (SimCSEModel.from_pretrained("
+                         "..., pooler_type=...) loads a model with another pooler on purpose)")
+    return rec[0]
+
+
 def _check_folder_target(folder: Path) -> None:
     """FileExistsError (one clear line) when ``folder`` or a folder above it is an existing non-folder."""
     for p in (folder, *folder.parents):
@@ -216,6 +237,7 @@ class SimCSE:
             self.model = model_name_or_path
             self.model_name_or_path = getattr(model_name_or_path.encoder.config, "_name_or_path", "") or ""
         else:
+            pooler = _pooler_for(model_name_or_path, pooler)
             self.model = SimCSEModel.from_pretrained(model_name_or_path, pooler_type=pooler, **model_kwargs)
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:
