@@ -8,10 +8,12 @@
     >>> model.search("Someone plays an instrument.", top_k=3)   # [(sentence, score), ...]
 
 The model side (loading, pooling, tokenising, batching) is :class:`simcse.SimCSEModel`; this class adds
-input checks, shapes, cosine scores and the index (:mod:`simcse.index`). The interface follows the reference
-SimCSE tool (``simcse/tool.py`` of princeton-nlp/SimCSE) with these differences: the pooler comes from the
-saved config or the ``pooler`` argument, never from the model's name; progress bars only appear on a
-terminal for long inputs; indexing streams; the fast faiss index uses the inner-product metric.
+input checks, shapes, cosine scores and the index (:mod:`simcse.index`). Every method takes the reference
+SimCSE tool's parameters (``simcse/tool.py`` of princeton-nlp/SimCSE) in its order, with its names and
+defaults; this class's own options are keyword-only. What differs (``docs/porting.md``): the pooler is the
+one the model folder records (else the ``pooler`` argument, else ``cls``), never guessed from the model's
+name; cosines are in [-1, 1]; progress bars only appear on a terminal for long inputs; indexing streams;
+sentence files may be CSV/TSV/JSONL.
 """
 from __future__ import annotations
 
