@@ -95,6 +95,20 @@ def translate_legacy_args(argv: list[str]) -> list[str]:
     return out
 
 
+def flag_given(argv: list[str], name: str) -> bool:
+    """Whether ``argv`` sets the boolean option ``--name`` to true (``--name``, ``--name true``, ``--name=yes``...);
+    the last occurrence wins, as in argparse."""
+    given = False
+    for i, token in enumerate(argv):
+        opt, value = _split(token) if token.startswith("--") else (None, None)
+        if opt != name:
+            continue
+        if value is None and i + 1 < len(argv) and argv[i + 1].lower() in _BOOL_WORDS:
+            value = argv[i + 1]
+        given = _is_true(value)
+    return given
+
+
 def check_output_dir(output_dir: str | None, overwrite: bool, resuming: bool) -> None:
     """Refuse, as the reference ``train.py`` did, to train into an existing non-empty folder.
 

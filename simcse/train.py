@@ -56,7 +56,7 @@ def parse_args(argv: list[str]):
     from transformers import HfArgumentParser, TrainingArguments
 
     from .arguments import DataTrainingArguments, ModelArguments
-    from .compat import check_fp16_device, translate_legacy_args
+    from .compat import check_fp16_device, flag_given, translate_legacy_args
     from .recipes import resolve_config, resolve_model_placeholder
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
@@ -91,6 +91,9 @@ def parse_args(argv: list[str]):
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
+    # transformers sets do_eval whenever eval_strategy != "no"; the reference's --do_eval (transformers 4.2: None
+    # unless given) asks for the final evaluation with the transfer tasks, so only an explicit one counts here.
+    training_args.do_eval = flag_given(argv, "do_eval")
     try:
         model_args.model_name_or_path = resolve_model_placeholder(model_args.model_name_or_path)
         check_fp16_device(training_args.fp16, training_args.use_cpu)

@@ -45,6 +45,13 @@ def test_legacy_options_are_renamed_or_dropped_with_one_line_each(caplog):
     assert any("--logging_dir" in m and "TENSORBOARD_LOGGING_DIR" in m for m in lines)
 
 
+def test_do_eval_counts_only_when_given_as_in_transformers_4(tmp_path, tiny_bert_dir, train_txt):
+    base = _base(tiny_bert_dir, train_txt, tmp_path / "o") + ["--eval_strategy", "steps"]
+    assert parse_args(base)[2].do_eval is False  # transformers 5 alone would set it from eval_strategy
+    assert parse_args(base + ["--do_eval"])[2].do_eval is True
+    assert parse_args(base + ["--do_eval", "false"])[2].do_eval is False
+
+
 def test_adafactor_false_adds_nothing_and_other_arguments_pass_through():
     argv = ["config.json", "--adafactor", "false", "--temp", "0.05", "--hard_negative_weight", "-1"]
     assert translate_legacy_args(argv) == ["config.json", "--temp", "0.05", "--hard_negative_weight", "-1"]
