@@ -50,7 +50,8 @@ def _weight_file_for(folder: Path, key: str) -> Path | None:
 def _read_tensors(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], bool]:
     """(the tensors of ``keys`` found in ``path``, whether any key has a reference encoder prefix).
 
-    Pickled ``.bin`` files are read with ``torch.load(weights_only=True)``: only tensors, never code.
+    Pickled ``.bin`` files are read with ``torch.load(weights_only=True)``: only tensors, never code; a file
+    holding anything else gives ``({}, False)`` here and is refused by the encoder loader.
     """
     if path.suffix == ".safetensors":
         from safetensors import safe_open
@@ -59,7 +60,12 @@ def _read_tensors(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, torch.Te
             names = list(f.keys())
             found = {k: f.get_tensor(k) for k in keys if k in names}
     else:
-        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        import pickle
+
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except pickle.UnpicklingError:  # not only tensors: the encoder loader refuses the file with its message
+            return {}, False
         names = list(state)
         found = {k: state[k] for k in keys if k in state}
     return found, any(n.startswith(ENCODER_PREFIXES) for n in names)
