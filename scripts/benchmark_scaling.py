@@ -19,7 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
 
 from bench_common import default_model, int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child, encoder_shape  # noqa: E402
+from benchmark_train import _run_child  # noqa: E402
+
+from simcse.flops import encoder_shape  # noqa: E402
 
 
 def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:

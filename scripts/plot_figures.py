@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     from simcse import analysis, plots
+    from simcse.evaluation.data import load_stsb
 
     numbers: dict = {"figure": args.figure, "split": args.split}
     try:
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
             if args.sts_avg is not None and args.color_by_stsb:
                 parser.error("give --sts_avg or --color_by_stsb, not both")
             sts = _per_model(args.sts_avg, len(args.models), "sts_avg", parser)
-            pairs = analysis.read_stsb(args.data_dir, args.split)
+            pairs = load_stsb(args.data_dir, args.split)
             rows = []
             for (label, encode), model_dir, s in zip(_encoders(args, parser), args.models, sts):
                 unique, e1, e2 = analysis.encode_pairs(encode, pairs)
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
                                      sts_label=sts_label)
             numbers["models"] = rows
         else:
-            pairs = analysis.read_stsb(args.data_dir, args.split)
+            pairs = load_stsb(args.data_dir, args.split)
             results, rows = {}, []
             for label, encode in _encoders(args, parser):
                 unique, e1, e2 = analysis.encode_pairs(encode, pairs)

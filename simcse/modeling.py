@@ -254,8 +254,8 @@ class SimCSEModel(nn.Module):
         """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
 
         On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
-        layers, LayerNorm and dropout cost the real tokens only (on wiki sentences cut at 32 tokens, about 75%
-        of the padded batch); attention runs per sentence. Outputs equal the padded forward up to float
+        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
+        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
@@ -472,7 +472,7 @@ class SimCSEModel(nn.Module):
             "hidden_size": self.hidden_size,
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one

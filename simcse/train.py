@@ -1,8 +1,8 @@
 """Training entry point (``python scripts/train.py ...`` or ``simcse train ...``).
 
 Arguments: :class:`~simcse.arguments.ModelArguments`, :class:`~simcse.arguments.DataTrainingArguments` and
-HF ``TrainingArguments``. A first argument ending in ``.json`` is a config whose keys are used as defaults;
-command-line options after it override them.
+HF ``TrainingArguments``. A first argument ending in ``.json`` is a config (:func:`simcse.config.load_config`,
+which resolves its ``base`` chain) whose keys are used as defaults; command-line options after it override them.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import logging
 import sys
 from pathlib import Path
+
+from .config import ConfigError, load_config, resolve_model_name
 
 logger = logging.getLogger("simcse.train")
 
@@ -31,14 +33,9 @@ def parse_args(argv: list[str]):
     parser.error = one_line_error
     if argv and argv[0].endswith(".json"):
         try:
-            with open(argv[0], encoding="utf-8") as f:
-                cfg = json.load(f)
-        except OSError as e:
-            raise SetupError(f"cannot read config file {argv[0]!r}: {e.strerror or e}") from e
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SetupError(f"config file {argv[0]!r} is not valid JSON: {e}") from e
-        if not isinstance(cfg, dict):
-            raise SetupError(f"config file {argv[0]!r} must hold a JSON object of option: value, got {type(cfg).__name__}")
+            cfg = load_config(argv[0])
+        except ConfigError as e:
+            raise SetupError(str(e)) from e
         prefix = []
         for key, value in cfg.items():
             if key.startswith("_"):
@@ -80,6 +77,7 @@ def build(model_args, data_args, training_args):
             from .evaluation import resolve_senteval_dir
 
             data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
+        model_args.model_name_or_path = resolve_model_name(model_args.model_name_or_path)
         hf_kwargs = {}
         if model_args.attn_implementation is not None:
             hf_kwargs["attn_implementation"] = model_args.attn_implementation
@@ -202,9 +200,9 @@ def main(argv: list[str] | None = None) -> dict:
         _print_metrics("before training (dev)", results["before"])
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     m = out.metrics
-    sentences = m.get("train_samples_per_second", 0.0)
+    examples_per_s = m.get("train_samples_per_second", 0.0)
     print(f"[simcse] trained {out.global_step} steps in {m.get('train_runtime', 0.0):.0f} s "
-          f"({sentences:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
+          f"({examples_per_s:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     trainer.save_model(training_args.output_dir)
     if data_args.eval_before_training or training_args.eval_strategy != "no":

@@ -357,7 +357,9 @@ def test_no_hard_negatives_trains_on_pairs(tmp_path, tiny_bert_dir):
 
 # ------------------------------------------------------------------------------------ run_ablation.py
 def _runner():
-    return load_script("run_ablation")
+    import simcse.ablation
+
+    return simcse.ablation
 
 
 def test_every_ablation_config_parses(tmp_path, tiny_bert_dir, train_txt):

@@ -14,6 +14,9 @@ import pytest
 import torch
 
 from simcse import analysis as A
+from simcse.data import read_sentences
+from simcse.evaluation.data import load_stsb
+from simcse.whitening import Whitening, fit_whitening_on_file
 from simcse import plots as P
 
 from conftest import SENTENCES, load_script
@@ -210,17 +213,17 @@ def test_cosine_by_gold_bins_custom_edges_and_errors():
 # ------------------------------------------------------------------------------------- STS-B setting
 def test_read_stsb(tmp_path):
     root = write_fake_stsb(tmp_path / "downstream")
-    pairs = A.read_stsb(root, "dev")
+    pairs = load_stsb(root, "dev")
     assert pairs.sent1[0] == SENTENCES[0] and pairs.scores.tolist() == [r[0] for r in STSB_ROWS]
-    both = A.read_stsb(root, "all")
+    both = load_stsb(root, "all")
     assert len(both.scores) == 3 * len(STSB_ROWS) and both.sent2[len(STSB_ROWS):2 * len(STSB_ROWS)] == pairs.sent2
     with pytest.raises(ValueError, match="split"):
-        A.read_stsb(root, "validation")
+        load_stsb(root, "validation")
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        A.read_stsb(tmp_path / "nowhere", "dev")
+        load_stsb(tmp_path / "nowhere", "dev")
     (root / "STS" / "STSBenchmark" / "sts-test.csv").unlink()
     with pytest.raises(FileNotFoundError, match="STS-B test file"):
-        A.read_stsb(root, "all")
+        load_stsb(root, "all")
 
 
 def test_stsb_alignment_uniformity_matches_loop(tmp_path):
@@ -261,7 +264,7 @@ def _loop_cov(x):
 
 def test_whitening_gives_identity_covariance():
     x = _corpus()
-    w = A.Whitening.fit(x)
+    w = Whitening.fit(x)
     z = w.transform(x).astype(np.float64)
     mean, cov = _loop_cov(z.tolist())
     np.testing.assert_allclose(mean, 0, atol=1e-5)
@@ -277,7 +280,7 @@ def test_whitening_keeps_top_k_directions():
     _, cov = _loop_cov(x.tolist())
     eigval = np.sort(np.linalg.eigvalsh(cov))[::-1]
     k = 3
-    w = A.Whitening.fit(x, dim=k)
+    w = Whitening.fit(x, dim=k)
     assert w.W.shape == (6, k) and w.dim == k
     for j in range(k):  # column j is the j-th eigenvector of the covariance, scaled by 1/sqrt(eigenvalue)
         col = w.W[:, j]
@@ -285,7 +288,7 @@ def test_whitening_keeps_top_k_directions():
         assert col @ col == pytest.approx(1.0 / eigval[j], rel=1e-8)
     z = w.transform(x)
     assert z.shape == (300, k)
-    full = A.Whitening.fit(x)
+    full = Whitening.fit(x)
     np.testing.assert_allclose(np.abs(z), np.abs(full.transform(x)[:, :k]), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.abs(full.truncated(k).W), np.abs(w.W), rtol=1e-8)
     with pytest.raises(ValueError, match="dim must be an integer in \\[1, 3\\]"):
@@ -296,42 +299,42 @@ def test_whitening_drops_degenerate_directions(caplog):
     x = _corpus(d=5)
     x = np.hstack([x, x[:, :1] - 2 * x[:, 1:2]])  # column 6 is a linear function of columns 1-2: zero variance left
     with caplog.at_level("WARNING", logger="simcse.analysis"):
-        w = A.Whitening.fit(x)
+        w = Whitening.fit(x)
     assert w.dim == 5 and "keeps 5 of 6 dimensions" in caplog.text
     _, cov = _loop_cov(w.transform(x).astype(np.float64).tolist())
     np.testing.assert_allclose(cov, np.eye(5), atol=1e-5)
     with pytest.raises(ValueError, match="only 5 non-degenerate"):
-        A.Whitening.fit(x, dim=6)
+        Whitening.fit(x, dim=6)
 
 
 def test_whitening_save_load_round_trip(tmp_path):
     x = _corpus()
-    w = A.Whitening.fit(x, dim=4)
+    w = Whitening.fit(x, dim=4)
     path = w.save(tmp_path / "sub" / "white")
     assert path.name == "white.npz"
-    back = A.Whitening.load(path)
+    back = Whitening.load(path)
     np.testing.assert_array_equal(back.mu, w.mu)
     np.testing.assert_array_equal(back.W, w.W)
     np.testing.assert_array_equal(back.singular_values, w.singular_values)
     np.testing.assert_array_equal(back.transform(x[:5]), w.transform(x[:5]))
     with pytest.raises(FileNotFoundError):
-        A.Whitening.load(tmp_path / "missing.npz")
+        Whitening.load(tmp_path / "missing.npz")
     np.savez(tmp_path / "bad.npz", mu=np.zeros(3))
     with pytest.raises(ValueError, match="missing \\['W'\\]"):
-        A.Whitening.load(tmp_path / "bad.npz")
+        Whitening.load(tmp_path / "bad.npz")
 
 
 def test_whitening_errors():
     rng = np.random.default_rng(7)
     small = rng.normal(size=(3, 6))  # 3 sentences: rank of the covariance is 2
     with pytest.raises(ValueError, match="only 2 non-degenerate directions"):
-        A.Whitening.fit(small, dim=3)
-    assert A.Whitening.fit(small, dim=2).dim == 2
+        Whitening.fit(small, dim=3)
+    assert Whitening.fit(small, dim=2).dim == 2
     with pytest.raises(ValueError, match="all identical"):
-        A.Whitening.fit(np.ones((4, 3)))
+        Whitening.fit(np.ones((4, 3)))
     with pytest.raises(ValueError, match="dim must be an integer in \\[1, 6\\]"):
-        A.Whitening.fit(small, dim=7)
-    w = A.Whitening.fit(_corpus(), dim=2)
+        Whitening.fit(small, dim=7)
+    w = Whitening.fit(_corpus(), dim=2)
     with pytest.raises(ValueError, match="fitted on 6"):
         w.transform(np.ones((2, 5)))
 
@@ -342,13 +345,13 @@ def test_fit_whitening_on_file(tmp_path):
     f = tmp_path / "corpus.txt"
     f.write_text("\n".join(lines[:10]) + "\n\n   \n" + "\n".join(lines[10:]) + "\n")
     lookup = dict(zip(lines, x))
-    w = A.fit_whitening_on_file(lambda s: np.stack([lookup[t] for t in s]), f, dim=2)
+    w = fit_whitening_on_file(lambda s: np.stack([lookup[t] for t in s]), f, dim=2)
     np.testing.assert_allclose(w.mu, x.mean(axis=0), rtol=1e-12)
-    w10 = A.fit_whitening_on_file(lambda s: np.stack([lookup[t] for t in s]), f, max_sentences=10)
+    w10 = fit_whitening_on_file(lambda s: np.stack([lookup[t] for t in s]), f, max_sentences=10)
     np.testing.assert_allclose(w10.mu, x[:10].mean(axis=0), rtol=1e-12)
     (tmp_path / "empty.txt").write_text("\n \n")
     with pytest.raises(ValueError, match="no non-blank line"):
-        A.read_sentences(tmp_path / "empty.txt")
+        read_sentences(tmp_path / "empty.txt")
 
 
 # -------------------------------------------------------------------------------------------- plots
