@@ -1,15 +1,115 @@
-"""Supervised SimCSE end to end: triplet/pair CSVs, their error messages, and the auxiliary MLM objective."""
+"""simcse.data: the training-file readers (text, CSV, consecutive-sentence pairs), the collator and MLM masking."""
 from __future__ import annotations
 
 import csv
-import math
+import random
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import logged_losses, make_tiny_model, random_sentences, run_training, training_error
+from conftest import ANY_TEXT, CONTROL, FAST, ONE, WORDY, random_sentences, usable, with_duplicates
+import tempfile
+from hypothesis import given
+from hypothesis import strategies as st
 from simcse.data import ContrastiveCollator, load_sentence_dataset, mask_tokens, tokenize_dataset
+
+
+# ------------------------------------------------------------------------------- next-sentence pairs
+def test_next_sentence_pairs_line_i_with_line_i_plus_1():
+    from simcse.data import consecutive_pairs
+
+    lines = ["s0", "s1", "s2", "", "t0", "t1", "  ", "u0"]
+    assert consecutive_pairs(lines, 1) == (["s0", "s1", "t0"], ["s1", "s2", "t1"])
+    assert consecutive_pairs(iter(lines), 1, max_pairs=2) == (["s0", "s1"], ["s1", "s2"])
+
+
+def test_next_3_sentences_draws_from_the_next_three_lines_of_the_block():
+    from simcse.data import consecutive_pairs
+
+    lines = [f"a{i}" for i in range(8)] + ["", "b0", "b1"]
+    seen = {i: set() for i in range(7)}
+    for seed in range(60):
+        anchors, pos = consecutive_pairs(lines, 3, random.Random(seed))
+        assert anchors == [f"a{i}" for i in range(7)] + ["b0"] and pos[-1] == "b1"
+        for i, p in enumerate(pos[:7]):
+            j = int(p[1:])
+            assert i < j <= min(i + 3, 7)
+            seen[i].add(j)
+    assert seen[0] == {1, 2, 3} and seen[5] == {6, 7} and seen[6] == {7}
+    assert consecutive_pairs(lines, 3, random.Random(5)) == consecutive_pairs(lines, 3, random.Random(5))
+    with pytest.raises(ValueError, match="rng"):
+        consecutive_pairs(lines, 3)
+
+
+# ------------------------------------------------------------------------------------------- readers
+@FAST
+@given(lines=with_duplicates(ONE, 24))
+def test_text_reader_keeps_every_usable_line_in_order(lines):
+    from simcse.data import load_sentence_dataset
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "train.txt"
+        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        expected = [s for s in lines if usable(s)]
+        if not expected:
+            with pytest.raises(ValueError, match="no usable sentence"):
+                load_sentence_dataset(p)
+            return
+        ds, cols = load_sentence_dataset(p)
+        assert cols == ["sent0"] and ds["sent0"][:] == expected
+
+
+CELL = st.one_of(ANY_TEXT, CONTROL.filter(lambda s: "\x00" not in s), WORDY, st.sampled_from(["1", "2.5", "True", "NA", "nan", "", " "]),
+                 st.text(st.sampled_from('ab ,";\n'), max_size=8))
+
+
+@FAST
+@given(rows=with_duplicates(st.tuples(CELL, CELL, CELL), 12), triplets=st.booleans(),
+       quoting=st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_NONNUMERIC]))
+def test_csv_reader_keeps_every_complete_row_in_order(rows, triplets, quoting):
+    from simcse.data import load_sentence_dataset
+
+    cols = ["sent0", "sent1", "hard_neg"] if triplets else ["sent0", "sent1"]
+    rows = [r[: len(cols)] for r in rows]
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "train.csv"
+        with open(p, "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f, quoting=quoting)
+            w.writerow(cols)
+            w.writerows(rows)
+        expected = [r for r in rows if all(usable(c) for c in r)]
+        if not expected:
+            with pytest.raises(ValueError, match="no usable sentence|header but no data rows"):
+                load_sentence_dataset(p)
+            return
+        ds, got_cols = load_sentence_dataset(p)
+        assert got_cols == cols
+        assert list(zip(*(ds[c][:] for c in cols))) == expected
+
+
+def test_blank_lines_are_skipped_and_counted(tmp_path, caplog):
+    from simcse.data import load_sentence_dataset
+
+    p = tmp_path / "t.txt"
+    p.write_text("one sentence .\n\n   \nanother one .\n")
+    with caplog.at_level("WARNING"):
+        ds, cols = load_sentence_dataset(p)
+    assert ds["sent0"] == ["one sentence .", "another one ."] and cols == ["sent0"]
+    assert "skipped 2 blank lines of 4" in caplog.text
+
+
+def test_collator_pads_and_duplicates():
+    from simcse.data import ContrastiveCollator
+
+    feats = [{"input_ids": [[2, 7, 3]], "attention_mask": [[1, 1, 1]]}, {"input_ids": [[2, 3]], "attention_mask": [[1, 1]]}]
+    b = ContrastiveCollator(pad_token_id=0)(feats)
+    assert b["input_ids"].shape == (2, 2, 3)
+    assert b["input_ids"][1].tolist() == [[2, 3, 0], [2, 3, 0]]
+    assert b["attention_mask"][1].tolist() == [[1, 1, 0], [1, 1, 0]]
+    b = ContrastiveCollator(pad_token_id=0, max_seq_length=5, pad_to_max_length=True)(feats)
+    assert b["input_ids"].shape == (2, 2, 5)
+
 
 SHARED_PAIRS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pairs"
 
@@ -34,42 +134,6 @@ def _rows(n: int, columns: int, seed: int = 0) -> list[list[str]]:
     return rows
 
 
-def _argv(model_dir, train_file, out, *extra):
-    return ["--model_name_or_path", str(model_dir), "--train_file", str(train_file), "--output_dir", str(out),
-            "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--max_steps", "15",
-            "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--logging_steps", "1",
-            "--eval_before_training", "false", "--test_after_training", "false", "--seed", "0", "--use_cpu", "true",
-            "--dataloader_pin_memory", "false", "--pooler_type", "avg", *extra]
-
-
-def _train(argv):
-    """Run train.main; return (trainer, list of the row shapes of every SimCSEModel.forward call)."""
-    calls = []
-
-    def hook(trainer):
-        trainer.model.register_forward_hook(lambda m, args, kwargs, out: calls.append(tuple(kwargs["input_ids"].shape)),
-                                            with_kwargs=True)
-
-    return run_training(argv, hook), calls
-
-
-_losses = logged_losses
-_error = training_error
-
-
-# ------------------------------------------------------------------------------------------ training
-@pytest.mark.parametrize("columns", [3, 2], ids=["triplets", "pairs"])
-def test_csv_trains_all_views_in_one_forward_pass(tmp_path, tiny_bert_dir, columns):
-    header = ["sent0", "sent1", "hard_neg"][:columns] + ["source"]  # an extra column is ignored
-    f = _write_csv(tmp_path / "train.csv", header, [r + ["x"] for r in _rows(48, columns)])
-    trainer, calls = _train(_argv(tiny_bert_dir, f, tmp_path / "out", "--hard_negative_weight", "1.0"))
-    losses = _losses(trainer)
-    assert len(losses) == 15 and all(math.isfinite(x) for x in losses)
-    # one encoder call per step, holding the B * V rows (queries, positives [, hard negatives]) together
-    assert len(calls) == 15 and {c[0] for c in calls} == {8 * columns}, calls
-    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses
-
-
 @pytest.mark.parametrize("name", ["qqp_positive_pairs.csv", "caption_pairs.csv.gz"])
 def test_shared_pair_files_load_with_two_views(name, tiny_bert_dir):
     path = SHARED_PAIRS / name
@@ -83,28 +147,6 @@ def test_shared_pair_files_load_with_two_views(name, tiny_bert_dir):
     ds = tokenize_dataset(ds, columns, tok, max_seq_length=32)
     batch = ContrastiveCollator(pad_token_id=tok.pad_token_id)([ds[i] for i in range(8)])
     assert batch["input_ids"].shape[:2] == (8, 2) and batch["input_ids"].shape[2] <= 32
-
-
-# ---------------------------------------------------------------------------------------- bad input
-def test_csv_missing_column_names_the_columns(tmp_path, tiny_bert_dir):
-    f = _write_csv(tmp_path / "nli.csv", ["sent0", "hard_neg"], _rows(4, 2))
-    msg = _error(_argv(tiny_bert_dir, f, tmp_path / "out"))
-    assert "['sent0', 'hard_neg']" in msg and "sent0,sent1" in msg and "hard_neg" in msg
-    assert not (tmp_path / "out").exists()
-
-
-def test_empty_csv_stops(tmp_path, tiny_bert_dir):
-    empty = tmp_path / "nli_for_simcse.csv"
-    empty.write_text("")
-    msg = _error(_argv(tiny_bert_dir, empty, tmp_path / "out"))
-    assert "is empty" in msg and "data/download_nli.sh" in msg
-    assert not (tmp_path / "out").exists()
-
-
-def test_header_only_csv_names_the_file(tmp_path, tiny_bert_dir):
-    header_only = _write_csv(tmp_path / "header.csv", ["sent0", "sent1", "hard_neg"], [])
-    msg = _error(_argv(tiny_bert_dir, header_only, tmp_path / "out"))
-    assert "header.csv" in msg
 
 
 def test_rows_with_an_empty_cell_are_skipped_and_counted(tmp_path, caplog):
@@ -163,30 +205,3 @@ def test_mlm_masking_statistics_80_10_10():
     assert abs(rand.sum().item() / n - 0.1) < 0.01
     assert abs(kept.sum().item() / n - 0.1) < 0.01
     assert torch.equal(masked[~sel], ids[~sel])
-
-
-def test_do_mlm_without_mlm_head_is_a_clear_error(tmp_path, tiny_bert_dir, train_txt):
-    # tiny_bert_dir holds a bare BertModel: no masked-LM head
-    msg = _error(_argv(tiny_bert_dir, train_txt, tmp_path / "out", "--do_mlm", "true"))
-    assert "masked-LM head" in msg and str(tiny_bert_dir) in msg
-    assert not (tmp_path / "out").exists()
-
-
-def test_do_mlm_trains_on_a_masked_lm_checkpoint(tmp_path):
-    from transformers import BertConfig, BertForMaskedLM
-
-    folder = make_tiny_model(tmp_path / "mlm_model", "bert")
-    torch.manual_seed(0)
-    BertForMaskedLM(BertConfig.from_pretrained(folder)).save_pretrained(folder)
-    f = _write_csv(tmp_path / "train.csv", ["sent0", "sent1", "hard_neg"], _rows(48, 3, seed=3))
-    trainer, calls = _train(_argv(folder, f, tmp_path / "out", "--do_mlm", "true", "--mlm_weight", "0.1",
-                                  "--mlm_probability", "0.3"))
-    head = trainer.model.mlm_head
-    fresh = BertForMaskedLM.from_pretrained(folder).cls
-    # the head was loaded from the checkpoint and trained
-    assert not torch.equal(head.predictions.transform.dense.weight, fresh.predictions.transform.dense.weight)
-    assert head.predictions.decoder.weight is trainer.model.encoder.get_input_embeddings().weight  # tied
-    losses = _losses(trainer)
-    assert len(losses) == 15 and all(math.isfinite(x) for x in losses)
-    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses
-    assert {c[0] for c in calls} == {24}  # the MLM pass uses mlm_logits, not a second contrastive forward
