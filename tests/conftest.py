@@ -2,6 +2,7 @@
 SentEval-layout data folders, fake encoders, reference loops and hypothesis strategies."""
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import math
@@ -12,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings
 
 from simcse.evaluation import data as D
 
@@ -369,3 +370,27 @@ def padded_and_unpadded(folder, pooler: str, **kw):
     free.load_state_dict(padded.state_dict())
     assert free.set_unpadded(True) is True
     return padded, free
+
+
+SHARED_PAIRS = Path(os.environ.get("SIMCSE_DATA_MIRROR", "data")) / "pairs"  # the data mirror's shared pair files
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    """Write a CSV with ``header`` and ``rows`` to ``path``; returns ``path``."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def csv_rows(n: int, columns: int, seed: int = 0) -> list[list[str]]:
+    """``n`` rows of ``columns`` cells: a sentence, a paraphrase-like positive (the sentence without its first
+    word, so there is something to learn in a few steps) and an unrelated hard negative."""
+    sents = random_sentences(2 * n, seed=seed)
+    rows = []
+    for i in range(n):
+        s0 = sents[i]
+        row = [s0, " ".join(s0.split()[1:]), sents[n + i]]
+        rows.append(row[:columns])
+    return rows

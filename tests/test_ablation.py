@@ -2,7 +2,6 @@
 models of conftest; the two-encoder model of simcse.dual_encoder."""
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, random_sentences, training_error, write_senteval
+from conftest import SENTENCES, random_sentences, training_error, write_csv, write_senteval
 from simcse import train as train_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,14 +33,6 @@ _error = training_error
 
 def _first_batch(trainer):
     return next(iter(trainer.get_train_dataloader()))
-
-
-def _write_csv(path: Path, header, rows) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 def test_dropout_zero_makes_the_views_identical_and_p_changes_the_noise(tmp_path, tiny_bert_dir, train_txt):
@@ -114,7 +105,7 @@ def test_fixed_dropout_gradient_equals_two_passes_with_the_same_mask(tmp_path, t
 
 
 def test_fixed_dropout_needs_identical_views(tmp_path, tiny_bert_dir):
-    f = _write_csv(tmp_path / "pairs.csv", ["sent0", "sent1"], [[s, s] for s in SENTENCES])
+    f = write_csv(tmp_path / "pairs.csv", ["sent0", "sent1"], [[s, s] for s in SENTENCES])
     assert "one-sentence-per-line" in _error(_argv(tiny_bert_dir, f, tmp_path / "o", "--fixed_dropout", "true"))
     assert "--fixed_dropout" in _error(_argv(tiny_bert_dir, f, tmp_path / "o", "--fixed_dropout", "true",
                                              "--augmentation", "crop"))
@@ -155,7 +146,7 @@ def test_next_sentence_objective_trains_on_consecutive_pairs(tmp_path, tiny_bert
     trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--objective", "next_sentence"))
     assert len(trainer.train_dataset) == 38  # 19 pairs per 20-line block
     assert trainer.train()
-    assert "must be a .txt" in _error(_argv(tiny_bert_dir, _write_csv(tmp_path / "p.csv", ["sent0", "sent1"], [["a", "b"]]),
+    assert "must be a .txt" in _error(_argv(tiny_bert_dir, write_csv(tmp_path / "p.csv", ["sent0", "sent1"], [["a", "b"]]),
                                             tmp_path / "o2", "--objective", "next_sentence"))
     assert "--objective must be one of" in _error(_argv(tiny_bert_dir, f, tmp_path / "o3", "--objective", "next_word"))
 
@@ -193,7 +184,7 @@ def test_neutral_negatives_add_a_fourth_view_to_the_loss(tmp_path, tiny_bert_dir
     from simcse.losses import cosine_logits
 
     rows = [[s, s + " too", SENTENCES[(i + 3) % 12], SENTENCES[(i + 6) % 12]] for i, s in enumerate(SENTENCES)]
-    f = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg", "neutral"], rows)
+    f = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg", "neutral"], rows)
     trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--neutral_as_negative", "true", "--hard_negative_weight", "2.0"))
     batch = _first_batch(trainer)
     assert batch["input_ids"].shape[1] == 4
@@ -206,7 +197,7 @@ def test_neutral_negatives_add_a_fourth_view_to_the_loss(tmp_path, tiny_bert_dir
 
 
 def test_neutral_flag_errors_without_a_neutral_column(tmp_path, tiny_bert_dir, train_txt):
-    triplets = _write_csv(tmp_path / "nli_for_simcse.csv", ["sent0", "sent1", "hard_neg"],
+    triplets = write_csv(tmp_path / "nli_for_simcse.csv", ["sent0", "sent1", "hard_neg"],
                           [[s, s, SENTENCES[(i + 1) % 12]] for i, s in enumerate(SENTENCES)])
     msg = _error(_argv(tiny_bert_dir, triplets, tmp_path / "o", "--neutral_as_negative", "true"))
     assert "needs a CSV with 'sent0,sent1,hard_neg,neutral' columns" in msg
@@ -214,7 +205,7 @@ def test_neutral_flag_errors_without_a_neutral_column(tmp_path, tiny_bert_dir, t
 
 
 def test_no_hard_negatives_trains_on_pairs(tmp_path, tiny_bert_dir):
-    f = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"],
+    f = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"],
                    [[s, s + " too", SENTENCES[(i + 1) % 12]] for i, s in enumerate(SENTENCES)])
     trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--no_hard_negatives", "true"))
     assert _first_batch(trainer)["input_ids"].shape[1] == 2
@@ -231,7 +222,7 @@ def _runner():
 
 def test_every_ablation_config_parses(tmp_path, tiny_bert_dir, train_txt):
     ra = _runner()
-    nli = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"], [["a", "b", "c"]])
+    nli = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"], [["a", "b", "c"]])
     n = 0
     for table in ra.TABLES:
         for row in ra.load_rows(table):

@@ -4,13 +4,12 @@ Every metric is compared with a direct Python/numpy loop on small random data.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 
-from simcse import analysis as A
 from conftest import STSB_ROWS, loop_alignment, loop_cos, loop_uniformity, unit_vector, write_fake_stsb
+from simcse import analysis as A
 
 
 def _fake_encoder(dim=5, seed=0):

@@ -1,9 +1,9 @@
 """simcse.callbacks: alignment/uniformity measured during a tiny training run."""
 from __future__ import annotations
 
-
 import pytest
 import torch
+
 from conftest import STSB_ROWS, loop_alignment, loop_uniformity, write_fake_stsb
 
 

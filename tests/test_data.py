@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import csv
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import ANY_TEXT, CONTROL, FAST, ONE, WORDY, random_sentences, usable, with_duplicates
-import tempfile
 from hypothesis import given
 from hypothesis import strategies as st
+
+from conftest import ANY_TEXT, CONTROL, FAST, ONE, SHARED_PAIRS, WORDY, csv_rows, usable, with_duplicates, write_csv
 from simcse.data import ContrastiveCollator, load_sentence_dataset, mask_tokens, tokenize_dataset
 
 
@@ -111,29 +111,6 @@ def test_collator_pads_and_duplicates():
     assert b["input_ids"].shape == (2, 2, 5)
 
 
-SHARED_PAIRS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pairs"
-
-
-def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
-
-
-def _rows(n: int, columns: int, seed: int = 0) -> list[list[str]]:
-    """``n`` rows of ``columns`` cells: a sentence, a paraphrase-like positive (the sentence without its first
-    word, so there is something to learn in a few steps) and an unrelated hard negative."""
-    sents = random_sentences(2 * n, seed=seed)
-    rows = []
-    for i in range(n):
-        s0 = sents[i]
-        row = [s0, " ".join(s0.split()[1:]), sents[n + i]]
-        rows.append(row[:columns])
-    return rows
-
-
 @pytest.mark.parametrize("name", ["qqp_positive_pairs.csv", "caption_pairs.csv.gz"])
 def test_shared_pair_files_load_with_two_views(name, tiny_bert_dir):
     path = SHARED_PAIRS / name
@@ -150,10 +127,10 @@ def test_shared_pair_files_load_with_two_views(name, tiny_bert_dir):
 
 
 def test_rows_with_an_empty_cell_are_skipped_and_counted(tmp_path, caplog):
-    rows = _rows(5, 3)
+    rows = csv_rows(5, 3)
     rows[1][2] = ""  # no hard negative
     rows[3][0] = "   "  # blank premise
-    f = _write_csv(tmp_path / "t.csv", ["sent0", "sent1", "hard_neg"], rows)
+    f = write_csv(tmp_path / "t.csv", ["sent0", "sent1", "hard_neg"], rows)
     with caplog.at_level("WARNING"):
         ds, columns = load_sentence_dataset(f)
     assert columns == ["sent0", "sent1", "hard_neg"] and len(ds) == 3

@@ -1,12 +1,11 @@
 """simcse.dropout: CPU dropout masks (same law as torch's dropout) and setting a config's dropout."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-import simcse.modeling as modeling
 from conftest import SENTENCES, padded_and_unpadded, tokenize
+import simcse.modeling as modeling
 
 
 # ------------------------------------------------------------------------------ CPU dropout masks

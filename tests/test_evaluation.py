@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from conftest import fake_encode, load_script, write_senteval
+from simcse.evaluation import data as D
 from simcse.evaluation import (
     TASKS,
     cosine_similarity,
@@ -19,7 +20,6 @@ from simcse.evaluation import (
     resolve_senteval_dir,
     table_values,
 )
-from simcse.evaluation import data as D
 from simcse.evaluation.sts import score_sts
 from simcse.evaluation.transfer import ClassifierConfig, inner_kfold, kfold_then_test
 

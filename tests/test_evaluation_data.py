@@ -1,16 +1,15 @@
 """simcse.evaluation.data: the SentEval-layout readers (the evaluation itself: tests/test_evaluation.py)."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
-
-from simcse.evaluation.data import load_stsb
-
-from conftest import ANY_TEXT, FAST, SENTENCES, STSB_ROWS, write_fake_stsb
-import tempfile
 from hypothesis import given
 from hypothesis import strategies as st
+
+from conftest import ANY_TEXT, FAST, SENTENCES, STSB_ROWS, write_fake_stsb
+from simcse.evaluation.data import load_stsb
 
 
 # ------------------------------------------------------------------------------------- STS-B setting

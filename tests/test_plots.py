@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simcse import analysis as A
-from simcse import plots as P
-
 from conftest import STSB_ROWS, load_script, loop_cos, write_fake_stsb
+from simcse import plots as P
+from simcse import analysis as A
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

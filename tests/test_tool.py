@@ -4,14 +4,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis.extra.numpy import arrays
 
 from conftest import ANY_TEXT, FAST, LONG, ONE, SENTENCES, WORDS, WORDY, make_tiny_model, usable, with_duplicates
 from simcse.index import faiss_available
 from simcse.modeling import SimCSEModel
 from simcse.tool import SimCSE
-from hypothesis.extra.numpy import arrays
 
 H = 32
 

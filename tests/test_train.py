@@ -1,16 +1,14 @@
 """simcse.train and simcse.arguments: short training runs (text, pairs, triplets, MLM, speed options) and
 one-line setup errors."""
 import json
+import math
 
 import pytest
-
-from conftest import logged_losses, make_tiny_model, random_sentences, run_training, training_error
-from simcse.train import main
 import torch
+
+from conftest import csv_rows, logged_losses, make_tiny_model, run_training, training_error, write_csv
 import simcse.modeling as modeling
-import csv
-import math
-from pathlib import Path
+from simcse.train import main
 
 
 def _args(model_dir, train_file, out, *extra):
@@ -133,29 +131,6 @@ def test_training_uses_cpu_dropout_by_default_and_can_turn_it_off(tmp_path, tiny
     assert not any(isinstance(m, modeling.CPUDropout) for m in off.model.modules())
 
 
-SHARED_PAIRS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pairs"
-
-
-def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
-
-
-def _rows(n: int, columns: int, seed: int = 0) -> list[list[str]]:
-    """``n`` rows of ``columns`` cells: a sentence, a paraphrase-like positive (the sentence without its first
-    word, so there is something to learn in a few steps) and an unrelated hard negative."""
-    sents = random_sentences(2 * n, seed=seed)
-    rows = []
-    for i in range(n):
-        s0 = sents[i]
-        row = [s0, " ".join(s0.split()[1:]), sents[n + i]]
-        rows.append(row[:columns])
-    return rows
-
-
 def _argv(model_dir, train_file, out, *extra):
     return ["--model_name_or_path", str(model_dir), "--train_file", str(train_file), "--output_dir", str(out),
             "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--max_steps", "15",
@@ -185,7 +160,7 @@ _error = training_error
 @pytest.mark.parametrize("columns", [3, 2], ids=["triplets", "pairs"])
 def test_csv_trains_all_views_in_one_forward_pass(tmp_path, tiny_bert_dir, columns):
     header = ["sent0", "sent1", "hard_neg"][:columns] + ["source"]  # an extra column is ignored
-    f = _write_csv(tmp_path / "train.csv", header, [r + ["x"] for r in _rows(48, columns)])
+    f = write_csv(tmp_path / "train.csv", header, [r + ["x"] for r in csv_rows(48, columns)])
     trainer, calls = _train(_argv(tiny_bert_dir, f, tmp_path / "out", "--hard_negative_weight", "1.0"))
     losses = _losses(trainer)
     assert len(losses) == 15 and all(math.isfinite(x) for x in losses)
@@ -196,7 +171,7 @@ def test_csv_trains_all_views_in_one_forward_pass(tmp_path, tiny_bert_dir, colum
 
 # ---------------------------------------------------------------------------------------- bad input
 def test_csv_missing_column_names_the_columns(tmp_path, tiny_bert_dir):
-    f = _write_csv(tmp_path / "nli.csv", ["sent0", "hard_neg"], _rows(4, 2))
+    f = write_csv(tmp_path / "nli.csv", ["sent0", "hard_neg"], csv_rows(4, 2))
     msg = _error(_argv(tiny_bert_dir, f, tmp_path / "out"))
     assert "['sent0', 'hard_neg']" in msg and "sent0,sent1" in msg and "hard_neg" in msg
     assert not (tmp_path / "out").exists()
@@ -211,7 +186,7 @@ def test_empty_csv_stops(tmp_path, tiny_bert_dir):
 
 
 def test_header_only_csv_names_the_file(tmp_path, tiny_bert_dir):
-    header_only = _write_csv(tmp_path / "header.csv", ["sent0", "sent1", "hard_neg"], [])
+    header_only = write_csv(tmp_path / "header.csv", ["sent0", "sent1", "hard_neg"], [])
     msg = _error(_argv(tiny_bert_dir, header_only, tmp_path / "out"))
     assert "header.csv" in msg
 
@@ -229,7 +204,7 @@ def test_do_mlm_trains_on_a_masked_lm_checkpoint(tmp_path):
     folder = make_tiny_model(tmp_path / "mlm_model", "bert")
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig.from_pretrained(folder)).save_pretrained(folder)
-    f = _write_csv(tmp_path / "train.csv", ["sent0", "sent1", "hard_neg"], _rows(48, 3, seed=3))
+    f = write_csv(tmp_path / "train.csv", ["sent0", "sent1", "hard_neg"], csv_rows(48, 3, seed=3))
     trainer, calls = _train(_argv(folder, f, tmp_path / "out", "--do_mlm", "true", "--mlm_weight", "0.1",
                                   "--mlm_probability", "0.3"))
     head = trainer.model.mlm_head

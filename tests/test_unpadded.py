@@ -8,10 +8,10 @@ import logging
 import pytest
 import torch
 
-import simcse.modeling as modeling
-import simcse.unpadded as unpadded
 from conftest import SENTENCES, padded_and_unpadded, tokenize
 from simcse.modeling import SimCSEModel
+import simcse.modeling as modeling
+import simcse.unpadded as unpadded
 
 
 POOLERS = ["cls", "avg", "avg_first_last", "avg_top2"]

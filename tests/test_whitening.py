@@ -1,7 +1,6 @@
 """simcse.whitening: BERT-whitening against loops, its .npz files and its errors."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
