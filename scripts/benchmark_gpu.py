@@ -1,6 +1,6 @@
 """GPU training speed and MFU of our trainer on a randomly initialised BERT-base-shaped encoder.
 
-    python scripts/benchmark_gpu.py                                   # on a CUDA machine (~3 min on one GPU)
+    python scripts/benchmark_gpu.py                                   # on a CUDA machine (timings: docs/performance.md)
     python scripts/benchmark_gpu.py --device cpu --shape tiny --batch-sizes 8 --warmup 1 --steps 1   # smoke test
 
 Needs no downloaded weights or data, so it runs on a machine with no network: the encoder is a random

