@@ -152,3 +152,19 @@ def test_extreme_embeddings_keep_loss_and_grads_finite(dtype):
     z = torch.ones(8, 16, dtype=dtype)
     assert info_nce(z, z).item() == pytest.approx(math.log(8), abs=1e-5)
     assert info_nce(z, z, z).item() == pytest.approx(math.log(16), abs=1e-5)
+
+
+def test_mlm_loss_mean_chunk_sums_and_nothing_masked():
+    from simcse.losses import mlm_loss
+
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(4, 6, 11, generator=g, requires_grad=True)
+    labels = torch.full((4, 6), -100)
+    labels[0, 1], labels[1, 3], labels[3, 0], labels[3, 5] = 2, 7, 10, 0
+    masked = labels != -100
+    want = -torch.log_softmax(logits, -1)[masked].gather(1, labels[masked][:, None]).mean()
+    assert mlm_loss(logits, labels).item() == pytest.approx(want.item(), rel=1e-6)
+    halves = mlm_loss(logits[:2], labels[:2], n_masked=4) + mlm_loss(logits[2:], labels[2:], n_masked=4)
+    assert halves.item() == pytest.approx(want.item(), rel=1e-6)  # chunks add up to the batch mean
+    none = mlm_loss(logits, torch.full((4, 6), -100))
+    assert none.item() == 0.0 and none.requires_grad
