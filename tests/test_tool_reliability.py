@@ -206,3 +206,11 @@ def test_encode_takes_numpy_and_pandas_sequences_of_str(tool):
         tool.encode(pd.Series(["a dog .", None]))
     with pytest.raises(TypeError, match=r"a 2-d numpy array"):
         tool.encode(np.array([SENTENCES[:2]]))
+
+
+def test_loader_reads_the_sentence_transformers_pooler(minilm_dir):
+    """Evaluation, export and analyses load through SimCSEModel.from_pretrained: no guessed cls there either."""
+    from simcse import SimCSEModel
+
+    assert SimCSEModel.from_pretrained(minilm_dir).pooler_type == "avg"
+    assert SimCSEModel.from_pretrained(minilm_dir, pooler_type="cls_before_pooler").pooler_type == "cls_before_pooler"
