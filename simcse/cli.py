@@ -32,7 +32,7 @@ class CLIError(Exception):
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--model", "--model_name_or_path", dest="model", required=required,
                    help="model folder saved by simcse, a plain HF encoder folder, or a hub name")
-    p.add_argument("--pooler", default=None, help="pooler (default: the saved one; cls for a plain HF encoder)")
+    p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder or index records; cls for a plain HF encoder)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-length", type=int, default=128, help="truncation in tokens")
