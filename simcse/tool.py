@@ -153,7 +153,8 @@ def clip_cosine(scores):
     Values beyond +-1 by float rounding become +-1, and so do values within :data:`COSINE_ROUNDING` of
     +-1 (float32 dot products of unit vectors deviate from the exact cosine by up to about
     ``sqrt(H) * 6e-8``; ``scripts/measure_cosine_rounding.py`` measured up to 1 + 4.8e-7 for H = 384).
-    NaN and -inf (an empty result slot) are left as they are. Returns the same type (float -> float, array -> float32 array).
+    NaN and -inf (an empty result slot) are left as they are. Returns the same type (float -> float,
+    array -> float32 array).
     """
     if isinstance(scores, (float, int, np.floating)):
         return float(clip_cosine(np.array([scores], dtype=np.float64))[0])
