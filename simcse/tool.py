@@ -186,6 +186,14 @@ def _pooler_for(model_name_or_path, pooler: str | None) -> str | None:
     return rec[0]
 
 
+def same_model_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two model references name the same model: the same folder when both exist locally, else the
+    same string (hub names)."""
+    if Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return str(a).rstrip("/") == str(b).rstrip("/")
+
+
 def _check_folder_target(folder: Path) -> None:
     """FileExistsError (one clear line) when ``folder`` or a folder above it is an existing non-folder."""
     for p in (folder, *folder.parents):
@@ -551,7 +559,8 @@ class SimCSE:
             FileNotFoundError: not a saved index folder.
             ValueError: its vectors do not match this model's hidden size, the sentence count differs, or the
                 index records another pooler than this model's (its vectors were made with that pooler, so
-                queries encoded with this one would score wrongly; load the model with the index's pooler).
+                queries encoded with this one would score wrongly; load the model with the index's pooler), or
+                another local model folder than this tool's (both folders existing).
         """
         from .index import load_index
 
@@ -572,6 +581,11 @@ class SimCSE:
             if meta.get("pooler") not in (None, self.pooler):
                 raise ValueError(f"index {folder} was built with pooler {meta['pooler']!r} but this model uses "
                                  f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
+            rec = meta.get("model_name_or_path") or ""
+            if rec and self.model_name_or_path and Path(rec).exists() and Path(self.model_name_or_path).exists() \
+                    and not same_model_path(self.model_name_or_path, rec):
+                raise ValueError(f"index {folder} was built with the model {rec}; this tool runs "
+                                 f"{self.model_name_or_path}: load that model to search it")
         self.index, self.sentences = index, sentences
 
     # ------------------------------------------------------------------------------------------ export

@@ -214,3 +214,18 @@ def test_loader_reads_the_sentence_transformers_pooler(minilm_dir):
 
     assert SimCSEModel.from_pretrained(minilm_dir).pooler_type == "avg"
     assert SimCSEModel.from_pretrained(minilm_dir, pooler_type="cls_before_pooler").pooler_type == "cls_before_pooler"
+
+
+def test_load_index_of_another_model_folder_is_an_error(tmp_path, tiny_bert_dir, tool):
+    import shutil
+
+    tool.build_index(SENTENCES, use_faiss=False)
+    tool.save_index(tmp_path / "idx")
+    other = tmp_path / "other"
+    shutil.copytree(tiny_bert_dir, other)
+    t = SimCSE(str(other), device="cpu", pooler="avg")
+    with pytest.raises(ValueError, match=r"was built with the model .*tiny_bert.*; this tool runs .*other"):
+        t.load_index(tmp_path / "idx")
+    same = SimCSE(str(tiny_bert_dir) + "/", device="cpu", pooler="avg")
+    same.load_index(tmp_path / "idx")
+    assert same.sentences == SENTENCES
