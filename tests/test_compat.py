@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conftest import run_training, training_error
+from conftest import run_training, training_error, write_senteval
 from simcse.compat import check_output_dir, translate_legacy_args
 from simcse.train import SetupError, parse_args
 
@@ -69,8 +69,6 @@ def test_reference_unsup_command_line_parses_with_the_reference_meaning(tmp_path
 def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
     """--evaluation_strategy steps evaluates during training; --do_eval adds the transfer tasks at the end."""
     from conftest import random_sentences
-    from test_evaluation import write_senteval
-
     rows = random_sentences(48, seed=3)
     f = tmp_path / "nli.csv"
     with open(f, "w", newline="") as fh:
@@ -91,8 +89,6 @@ def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
 
 
 def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt):
-    from test_evaluation import write_senteval
-
     argv = _base(tiny_bert_dir, train_txt, tmp_path / "o") + [
         "--per_device_train_batch_size", "8", "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps", "1",
         "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import training_error
-from simcse.recipes import MINILM_PLACEHOLDER, config_dir, list_configs, resolve_config, resolve_model_placeholder
+from simcse.recipes import config_dir, list_configs, resolve_config
 from simcse.train import parse_args
 
 
@@ -59,8 +59,3 @@ def test_bad_config_option_is_one_line(tmp_path, tiny_bert_dir, train_txt):
     assert "is neither a JSON file nor a packaged config" in training_error(["--config", "nope"] + base)
     assert "--config needs" in training_error(base + ["--config"])
     assert "two configs" in training_error(["sup_bert_base.json", "--config", "unsup_bert_base"] + base)
-
-
-def test_minilm_placeholder_names_the_package_model(minilm_dir):
-    assert resolve_model_placeholder(MINILM_PLACEHOLDER) == minilm_dir
-    assert resolve_model_placeholder("bert-base-uncased") == "bert-base-uncased"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, make_tiny_model, run_training
+from conftest import SENTENCES, make_tiny_model, run_training, write_senteval
 from simcse import SimCSE, SimCSEModel
 from simcse.cli import main as cli_main
 from simcse.reference_checkpoints import PUBLISHED_POOLERS, published_pooler, read_reference_mlp
@@ -112,8 +112,6 @@ def test_convert_writes_a_simcse_folder_with_the_mlp(tmp_path):
 
 
 def test_evaluate_reads_a_reference_folder(tmp_path, capsys):
-    from test_evaluation import write_senteval
-
     from simcse.evaluation.cli import main as evaluate_main
 
     ref = tmp_path / "ref"
