@@ -236,7 +236,8 @@ def pretrain(args: PretrainArguments) -> Path:
         data_seed=args.seed, report_to=[], dataloader_num_workers=0, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available())
     callbacks = [time_budget_callback(args.max_minutes)] if args.max_minutes else []
-    trainer = Trainer(model=model, args=targs, train_dataset=dataset, data_collator=collator, callbacks=callbacks)
+    trainer = Trainer(model=model, args=targs, train_dataset=dataset, data_collator=collator, callbacks=callbacks,
+                      processing_class=tokenizer)  # checkpoints are complete HF folders
     resume = _last_checkpoint(out)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(out))

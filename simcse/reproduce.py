@@ -3,7 +3,8 @@
     python -m simcse.reproduce --model_name_or_path result/raw-bert --output_dir result/reproduce-raw
 
 Parts (``--parts``, default all, run in this order; each writes ``<output_dir>/<part>.json`` and a rerun
-skips the parts already written unless ``--overwrite``):
+skips the parts already written unless ``--overwrite``; ``table3`` is re-assembled, its runner reading
+finished rows back, so rows can be added in later runs):
 
 * ``raw``: the untrained encoder with the ``avg``, ``cls_before_pooler`` and ``avg_first_last`` poolers and
   BERT-whitening of ``avg_first_last`` (fitted on the first ``--whitening_sentences`` lines of the training
@@ -273,7 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     for part in PARTS:
         f = out / f"{part}.json"
-        if f.is_file() and (part not in args.parts or not args.overwrite):
+        rerun = part in args.parts and (args.overwrite or part == "table3")  # the runner skips finished rows
+        if f.is_file() and not rerun:
             results[part] = json.loads(f.read_text())
             continue
         if part not in args.parts:
