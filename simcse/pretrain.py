@@ -12,7 +12,7 @@ be downloaded, this module makes a small stand-in with HF's own pieces only:
 One training example is one line of the text file (one sentence for ``wiki1m_for_simcse.txt``), truncated
 to ``max_seq_length`` tokens, as the sentences SimCSE later encodes. The result is a plain HF folder
 (``config.json``, ``model.safetensors``, tokenizer files) usable as ``--model_name_or_path``; its MLM loss
-curve is written next to it as ``loss_curve.csv``.
+curve is written next to it as ``loss_curve.csv`` (and ``loss_curve.png``).
 
 Same seed, same text, same vocabulary and same arguments give the same weights (CPU), also across a
 resume. The vocabulary itself can differ between two trainings on the same text where merge candidates tie
@@ -242,7 +242,14 @@ def pretrain(args: PretrainArguments) -> Path:
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(out))
     tokenizer.save_pretrained(out)
-    write_loss_curve(trainer.state.log_history, out / "loss_curve.csv")
+    curve = write_loss_curve(trainer.state.log_history, out / "loss_curve.csv")
+    try:
+        from .plots import plot_loss_curve
+
+        plot_loss_curve([s for s, _ in curve], [v for _, v in curve], out / "loss_curve.png",
+                        title=f"MLM pretraining ({args.num_hidden_layers} layers, hidden {args.hidden_size})")
+    except ImportError:  # matplotlib is optional
+        logger.warning("matplotlib not installed: loss_curve.png not written")
     summary = {"global_step": result.global_step, "resumed_from": resume, "n_lines": len(dataset),
                "vocab_size": len(tokenizer), "n_parameters": model.num_parameters(), **result.metrics}
     (out / "train_result.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -55,6 +55,7 @@ def test_pretrain_learns_is_deterministic_and_loads_as_encoder(corpus, tmp_path)
     assert AutoTokenizer.from_pretrained(a).get_vocab() == AutoTokenizer.from_pretrained(b).get_vocab()
     rows = (a / "loss_curve.csv").read_text().splitlines()
     assert rows[0] == "step,mlm_loss" and len(rows) > 5
+    assert (a / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     first, last = float(rows[1].split(",")[1]), float(rows[-1].split(",")[1])
     assert last < first - 0.1, (first, last)  # MLM loss falls below ln(120) = 4.79 (uniform guess)
     enc = AutoModel.from_pretrained(a)
@@ -106,3 +107,12 @@ def test_missing_or_empty_train_file(tmp_path):
     empty.write_text("\n  \n")
     with pytest.raises(ValueError, match="no non-empty lines"):
         pretrain(_args(empty, tmp_path / "x"))
+
+
+def test_plot_loss_curve_rejects_bad_input(tmp_path):
+    from simcse.plots import plot_loss_curve
+
+    with pytest.raises(ValueError, match="losses has 1 values"):
+        plot_loss_curve([1, 2], [3.0], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="NaN"):
+        plot_loss_curve([1, 2], [3.0, float("nan")], tmp_path / "x.png")
