@@ -102,7 +102,7 @@ def _encoder(model, batch_size: int = 128):
 
 def run_raw(args) -> dict:
     """The raw encoder's poolers and BERT-whitening (of ``avg_first_last``) on the STS test sets."""
-    from .analysis import fit_whitening_on_file
+    from .whitening import fit_whitening_on_file
     from .modeling import SimCSEModel
 
     rows = {}
@@ -119,16 +119,8 @@ def run_raw(args) -> dict:
 
 
 def _ablation_main():
-    try:
-        from .ablation import main
-    except ImportError:  # older layout: the runner as a script
-        import importlib.util
+    from .ablation import main
 
-        path = Path(__file__).resolve().parents[1] / "scripts" / "run_ablation.py"
-        spec = importlib.util.spec_from_file_location("run_ablation", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        main = mod.main
     return main
 
 
