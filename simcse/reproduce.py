@@ -191,11 +191,12 @@ def average_cosine(x: np.ndarray) -> float:
 
 def run_spectrum(args, out: Path, models: dict[str, tuple[str, str | None]]) -> dict:
     """Singular spectrum and average cosine of STS-B dev embeddings for ``{label: (folder, pooler)}``."""
-    from .analysis import encode_pairs, read_stsb, singular_spectrum
+    from .analysis import encode_pairs, singular_spectrum
+    from .evaluation.data import load_stsb
     from .modeling import SimCSEModel
     from .plots import plot_singular_spectra
 
-    pairs = read_stsb(args.senteval_dir, "dev")
+    pairs = load_stsb(args.senteval_dir, "dev")
     rows, spectra = {}, {}
     for label, (path, pooler) in models.items():
         model = SimCSEModel.from_pretrained(path, pooler_type=pooler).eval()
