@@ -294,7 +294,8 @@ class SimCSETrainer(Trainer):
         """STS-B dev and SICK-R dev Spearman of the current model (dropout off).
 
         Logs and returns ``{prefix}_stsb_spearman``, ``{prefix}_sickr_spearman``, ``{prefix}_avg_sts``
-        (fractions), so ``metric_for_best_model="stsb_spearman"`` selects checkpoints.
+        (fractions), so ``metric_for_best_model="stsb_spearman"`` selects checkpoints. A collapsed model (every
+        cosine similarity equal) does not stop training: a warning names the task and its score is 0.0.
         """
         from .evaluation import evaluate_sts_dev
 
@@ -305,7 +306,7 @@ class SimCSETrainer(Trainer):
         def encode(sentences):
             return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length)
 
-        scores = evaluate_sts_dev(encode, data_dir)
+        scores = evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
         metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0
         self.log(metrics)
