@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> dict:
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     trainer.save_model(training_args.output_dir)
     if data_args.eval_before_training or training_args.eval_strategy != "no":
-        results["after"] = trainer.evaluate()
+        # The final model (the best checkpoint when load_best_model_at_end) is scored under its own keys
+        # (final_stsb_spearman, ...): logged at the last step, it must not read as a second eval_ value there.
+        results["after"] = trainer.evaluate(metric_key_prefix="final")
         _print_metrics("after training (dev)", results["after"])
     if data_args.test_after_training and training_args.should_save:
         from .evaluation import evaluate
