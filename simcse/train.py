@@ -119,6 +119,7 @@ def build(model_args, data_args, training_args):
             raise SetupError(str(e)) from e
     if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
         raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
+    train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
             ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
@@ -165,7 +166,27 @@ def build(model_args, data_args, training_args):
         senteval_dir=data_args.senteval_dir,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         fixed_dropout=model_args.fixed_dropout,
+        no_duplicates_rows=train_rows,
     )
+
+
+def _repeated_text_check(ds, columns: list[str], batch_sampler: str):
+    """Rows of texts for the ``no_duplicates`` sampler, or None after warning once about repeated texts.
+
+    With the default sampler, rows that share a text can meet in one batch and act as negatives of their own
+    positive; the warning gives the count and the option that prevents it."""
+    from .samplers import count_repeated_rows
+
+    rows = list(zip(*(ds[c] for c in columns)))
+    if batch_sampler == "no_duplicates":
+        logger.info("--batch_sampler no_duplicates: no global batch holds one text twice")
+        return rows
+    n_rows, n_texts = count_repeated_rows(rows)
+    if n_rows:
+        logger.warning("%d of %d training rows share a text with another row (%d repeated texts): in one batch they "
+                       "act as negatives of their own positive; --batch_sampler no_duplicates keeps them apart",
+                       n_rows, len(rows), n_texts)
+    return None
 
 
 def _corr(value) -> float:

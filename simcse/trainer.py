@@ -55,6 +55,8 @@ class SimCSETrainer(Trainer):
             :meth:`training_step` and :mod:`simcse.gradcache`).
         fixed_dropout: paper Table 3 "fixed 0.1": encode only view 0 of each (identical-view) example and use
             that embedding for every view, so both views carry the same dropout mask (see :meth:`_embed`).
+        no_duplicates_rows: None (HF's random order) or one tuple of texts per training row: the order then
+            keeps repeated texts out of one global batch (:class:`simcse.samplers.NoDuplicatesSampler`).
 
     Batches are (B, V, L) from :class:`simcse.data.ContrastiveCollator`; V = 2 (two dropout views of the same
     sentence, or a positive pair) or 3 (with a hard negative). All B*V rows go through the encoder in one pass.
@@ -86,7 +88,8 @@ class SimCSETrainer(Trainer):
 
     def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
                  senteval_dir: str | None = None, eval_max_length: int = 128,
-                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False, **kwargs):
+                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
+                 no_duplicates_rows=None, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
@@ -103,6 +106,7 @@ class SimCSETrainer(Trainer):
         self.eval_max_length = eval_max_length
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
         self.fixed_dropout = bool(fixed_dropout)
+        self.no_duplicates_rows = no_duplicates_rows
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
 
@@ -288,6 +292,16 @@ class SimCSETrainer(Trainer):
             loss = loss + torch.stack(mlm_parts).sum()
         del inputs
         return loss / ga_steps
+
+    def _get_train_sampler(self, train_dataset=None):
+        """HF's sampler, or with ``no_duplicates_rows`` (one tuple of texts per row) a
+        :class:`~simcse.samplers.NoDuplicatesSampler` over the global batch (per-device batch x processes)."""
+        if self.no_duplicates_rows is None:
+            return super()._get_train_sampler(train_dataset)
+        from .samplers import NoDuplicatesSampler
+
+        global_batch = self.args.per_device_train_batch_size * max(1, self.args.world_size)
+        return NoDuplicatesSampler(self.no_duplicates_rows, global_batch, seed=self.args.seed)
 
     # ------------------------------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
