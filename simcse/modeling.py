@@ -133,7 +133,9 @@ class SimCSEModel(nn.Module):
         pooler_type: one of :data:`simcse.pooling.POOLERS` (``ValueError`` otherwise).
         mlp_only_train: apply the ``cls`` MLP in training only, not when encoding (paper's unsupervised
             default, Section 3 / reference ``--mlp_only_train``).
-        tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`).
+        tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`);
+            its ``padding_side`` is set to ``"right"`` (a left-padding tokenizer would move [CLS] and shift
+            absolute positions with the batch's longest sentence).
 
     ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
     """
@@ -145,6 +147,11 @@ class SimCSEModel(nn.Module):
         self._hf_pooler = [hf_pooler] if hf_pooler is not None else []
         self.pooler = get_pooler(pooler_type)
         self.encoder = encoder
+        if tokenizer is not None and getattr(tokenizer, "padding_side", "right") != "right":
+            # Right padding everywhere (encode, saved folders, sentence-transformers loading them): the cls
+            # poolers read position 0 and positions count from the first token.
+            logger.info("tokenizer padding_side %r -> 'right'", tokenizer.padding_side)
+            tokenizer.padding_side = "right"
         self.tokenizer = tokenizer
         self.mlp_only_train = bool(mlp_only_train)
         self.unpadded = False  # padding-free forward, see set_unpadded
@@ -440,8 +447,10 @@ class SimCSEModel(nn.Module):
                       idx: np.ndarray) -> dict[str, np.ndarray]:
         """Rows ``idx`` (B,) of :meth:`_tokenize_flat`'s arrays padded to their longest: (B, W) int64 arrays.
 
-        Padding follows the tokenizer (``padding_side``, ``pad_token_id``, ``pad_token_type_id``); the result
-        holds every flat key plus ``attention_mask``.
+        Rows are always padded on the right, whatever the tokenizer's ``padding_side``: the ``cls`` poolers read
+        position 0 and the encoder numbers positions from the first token, so a sentence's embedding never
+        depends on the other sentences of its batch. Pad values follow the tokenizer (``pad_token_id``,
+        ``pad_token_type_id``); the result holds every flat key plus ``attention_mask``.
         """
         tok = self.tokenizer
         pad_values = {"input_ids": tok.pad_token_id if tok.pad_token_id is not None else 0,
@@ -449,12 +458,8 @@ class SimCSEModel(nn.Module):
         lens = lengths[idx]  # (B,)
         width = int(lens.max())
         cols = np.arange(width)
-        if getattr(tok, "padding_side", "right") == "left":
-            mask = cols[None, :] >= (width - lens)[:, None]  # (B, W) bool
-            pos = offsets[idx][:, None] + cols[None, :] - (width - lens)[:, None]
-        else:
-            mask = cols[None, :] < lens[:, None]
-            pos = offsets[idx][:, None] + cols[None, :]
+        mask = cols[None, :] < lens[:, None]  # (B, W) bool, real tokens first
+        pos = offsets[idx][:, None] + cols[None, :]
         batch = {}
         for k, arr in flat.items():
             vals = np.full(mask.shape, pad_values.get(k, 0), dtype=np.int64)
