@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
+MLM_HEAD_WEIGHTS_NAME = "simcse_mlm_head.safetensors"  # the auxiliary MLM head (training with do_mlm)
 FORMAT_VERSION = 1
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -494,6 +495,8 @@ class SimCSEModel(nn.Module):
                 self.tokenizer.save_pretrained(tmp)
             if self.mlp is not None:
                 save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
+            if getattr(self, "mlm_head", None) is not None:
+                save_file(self._mlm_head_state(), str(tmp / MLM_HEAD_WEIGHTS_NAME))
             (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
             if not target.exists():
                 os.replace(tmp, target)
@@ -507,6 +510,17 @@ class SimCSEModel(nn.Module):
                     os.replace(f, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _mlm_head_state(self) -> dict[str, torch.Tensor]:
+        """The MLM head's own tensors (transform, LayerNorm, bias), each storage once; the decoder weight tied to
+        the encoder's word embeddings is left out (it is saved with the encoder)."""
+        seen = {self.encoder.get_input_embeddings().weight.data_ptr()}
+        out = {}
+        for k, v in self.mlm_head.state_dict().items():
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                out[k] = v.detach().contiguous().cpu()
+        return out
 
     def _save_encoder(self, folder: Path) -> None:
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
@@ -594,7 +608,12 @@ class SimCSEModel(nn.Module):
         return model
 
     def load_weights(self, path: str | os.PathLike) -> None:
-        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place."""
+        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place; with an
+        attached MLM head (``do_mlm``) also the head's weights when the folder has them (training checkpoints).
+
+        Raises:
+            FileNotFoundError: no weights, or no MLP file for pooler ``cls``. ValueError: an incomplete head file.
+        """
         from safetensors.torch import load_file
 
         _check_model_dir(str(path))
@@ -605,3 +624,10 @@ class SimCSEModel(nn.Module):
             if not mlp_file.is_file():
                 raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
             self.mlp.load_state_dict(load_file(str(mlp_file)))
+        head_file = Path(path) / MLM_HEAD_WEIGHTS_NAME
+        if getattr(self, "mlm_head", None) is not None and head_file.is_file():  # a checkpoint of a do_mlm run
+            state = load_file(str(head_file))
+            missing = set(self._mlm_head_state()) - set(state)
+            if missing:
+                raise ValueError(f"{head_file} lacks MLM head weights {sorted(missing)}")
+            self.mlm_head.load_state_dict(state, strict=False)

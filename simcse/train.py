@@ -133,7 +133,6 @@ def build(model_args, data_args, training_args):
         pad_token_id=tok.pad_token_id or 0,
         max_seq_length=data_args.max_seq_length,
         pad_to_max_length=data_args.pad_to_max_length,
-        mlm_probability=model_args.mlm_probability if model_args.do_mlm else None,
         mask_token_id=tok.mask_token_id,
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
@@ -169,7 +168,18 @@ def build(model_args, data_args, training_args):
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         fixed_dropout=model_args.fixed_dropout,
         no_duplicates_rows=train_rows,
+        mlm_masker=_mlm_masker(tok, model_args.mlm_probability) if model_args.do_mlm else None,
     )
+
+
+def _mlm_masker(tok, probability: float):
+    """:func:`simcse.data.mask_tokens` with the tokenizer's mask id, vocabulary size and special ids bound."""
+    import functools
+
+    from .data import mask_tokens
+
+    return functools.partial(mask_tokens, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                             special_ids=list(tok.all_special_ids), mlm_probability=probability)
 
 
 def _repeated_text_check(ds, columns: list[str], batch_sampler: str):

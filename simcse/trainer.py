@@ -17,6 +17,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import Trainer
@@ -57,6 +58,10 @@ class SimCSETrainer(Trainer):
             that embedding for every view, so both views carry the same dropout mask (see :meth:`_embed`).
         no_duplicates_rows: None (HF's random order) or one tuple of texts per training row: the order then
             keeps repeated texts out of one global batch (:class:`simcse.samplers.NoDuplicatesSampler`).
+        mlm_masker: None, or ``mask(input_ids, attention_mask, generator=g) -> (mlm_input_ids, mlm_labels)``
+            (:func:`simcse.data.mask_tokens` with the tokenizer's facts bound): the MLM masks of each
+            micro-batch are drawn from a generator seeded by (seed, global step, process, micro-batch), so a
+            resumed run masks exactly as an uninterrupted one (see :meth:`_add_mlm_masks`).
 
     Batches are (B, V, L) from :class:`simcse.data.ContrastiveCollator`; V = 2 (two dropout views of the same
     sentence, or a positive pair) or 3 (with a hard negative), 4 with ``--neutral_as_negative``. Views are
@@ -91,7 +96,7 @@ class SimCSETrainer(Trainer):
     def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
                  senteval_dir: str | None = None, eval_max_length: int = 128,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
-                 no_duplicates_rows=None, **kwargs):
+                 no_duplicates_rows=None, mlm_masker=None, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
@@ -109,6 +114,8 @@ class SimCSETrainer(Trainer):
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
         self.fixed_dropout = bool(fixed_dropout)
         self.no_duplicates_rows = no_duplicates_rows
+        self.mlm_masker = mlm_masker
+        self._mlm_draw = (-1, 0)  # (global step, micro-batch) of the last MLM masking
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
 
@@ -201,6 +208,24 @@ class SimCSETrainer(Trainer):
                                                ignore_index=-100, reduction="sum")
         return ce / count
 
+    def _add_mlm_masks(self, inputs: dict) -> dict:
+        """Add ``mlm_input_ids``/``mlm_labels`` (B, V, L) to a batch when training with the MLM loss.
+
+        The masks come from their own generator, seeded by (``--seed``, global step, process index,
+        micro-batch index within the step), not from the global torch generator: the data loader collates
+        ahead of the step, so masks drawn there would take random numbers from dropout's stream and differ
+        after a resume. Drawn on the CPU, moved to the batch's device."""
+        if self.mlm_masker is None or "mlm_input_ids" in inputs:
+            return inputs
+        step = self.state.global_step
+        micro = self._mlm_draw[1] + 1 if self._mlm_draw[0] == step else 0
+        self._mlm_draw = (step, micro)
+        seed = np.random.SeedSequence([self.args.seed, step, self.args.process_index, micro]).generate_state(1)[0]
+        ids = inputs["input_ids"]
+        masked, labels = self.mlm_masker(ids.cpu(), inputs["attention_mask"].cpu(),
+                                         generator=torch.Generator().manual_seed(int(seed)))
+        return {**inputs, "mlm_input_ids": masked.to(ids.device), "mlm_labels": labels.to(ids.device)}
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         z = self._embed(model, inputs)  # (B, V, H)
         loss = self.contrastive_loss(z)
@@ -225,6 +250,7 @@ class SimCSETrainer(Trainer):
         those of :meth:`compute_loss` on the whole batch (tests/test_gradcache.py). Returns the detached loss
         divided by the accumulation steps, like HF's ``training_step``.
         """
+        inputs = self._add_mlm_masks(inputs)
         chunk_size = self.gradient_cache_chunk_size
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
