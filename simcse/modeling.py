@@ -69,7 +69,41 @@ def _check_model_dir(path: str) -> bool:
         return True
     if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
         raise FileNotFoundError(f"model path {path!r} is not a folder with a saved model")
+    _check_hub_name(path)
     return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
+
+
+def _check_hub_name(name: str, timeout: float = 3.0) -> None:
+    """Fail at once, saying what was looked for, when hub name ``name`` cannot be loaded here.
+
+    Passes when the name is in the local HF cache or the hub answers a TCP connection within ``timeout``
+    seconds; otherwise (``HF_HUB_OFFLINE=1``, or no route to the hub) transformers would spend its retries
+    (~25 s) before a generic message.
+
+    Raises:
+        FileNotFoundError: not a local folder, not cached, and the hub is off or unreachable.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    looked = f"{name!r} is not a local folder (no {str(Path(name).resolve())!r})"
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except ValueError:  # not a valid hub repo id either
+        raise FileNotFoundError(f"{looked} and not a valid hub model id") from None
+    where = f"and not in the HF cache ({constants.HF_HUB_CACHE})"
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(f"{looked} {where}; HF_HUB_OFFLINE is set, so the hub was not asked: "
+                                "give a local model folder, or download the model where the hub is reachable")
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as e:
+        raise FileNotFoundError(f"{looked} {where}, and the hub ({host}) cannot be reached from this machine ({e}); "
+                                "give a local model folder, or download the model where the hub is reachable") from None
 
 
 def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
