@@ -240,6 +240,14 @@ class SimCSEModel(nn.Module):
         return self.pooler.name
 
     @property
+    def inference_pooler(self) -> str:
+        """What :meth:`encode` (eval mode) computes: ``cls_before_pooler`` for a ``cls`` model trained with
+        ``mlp_only_train`` (the MLP is used in training only, paper Section 3), else :attr:`pooler_type`."""
+        if self.pooler_type == "cls" and self.mlp_only_train:
+            return "cls_before_pooler"
+        return self.pooler_type
+
+    @property
     def hidden_size(self) -> int:
         return self.encoder.config.hidden_size
 
