@@ -104,17 +104,33 @@ class SimCSE:
             default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
         max_length: default truncation length in tokens for :meth:`encode` (capped at
             :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
+        backend: ``"torch"`` (default) or ``"onnx"``: onnxruntime on the CPU with a folder written by
+            ``simcse export --format onnx`` (:class:`simcse.onnx.ONNXEncoder`); pass ``file_name=
+            "simcse_int8.onnx"`` for the int8 model and ``num_threads`` for onnxruntime's threads.
         model_kwargs: more :meth:`SimCSEModel.from_pretrained` options (``mlp_only_train``, ``torch_dtype``,
-            ``attn_implementation``, ``trust_remote_code``...).
+            ``attn_implementation``, ``trust_remote_code``...), or the :class:`~simcse.onnx.ONNXEncoder` options.
 
     Raises:
-        FileNotFoundError: a local folder that is missing or has no weights.
-        ValueError: an unknown pooler name.
+        FileNotFoundError: a local folder that is missing or has no weights (or no ONNX export).
+        ValueError: an unknown pooler name or backend; a pooler other than the exported one for ``"onnx"``.
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike | SimCSEModel, device: str | torch.device | None = None,
-                 pooler: str | None = None, max_length: int = 128, **model_kwargs):
-        if isinstance(model_name_or_path, SimCSEModel):
+                 pooler: str | None = None, max_length: int = 128, *, backend: str = "torch", **model_kwargs):
+        if backend not in ("torch", "onnx"):
+            raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+        self.backend = backend
+        if backend == "onnx":
+            from .onnx import ONNXEncoder
+
+            if isinstance(model_name_or_path, SimCSEModel):
+                raise ValueError("backend='onnx' loads an exported folder; got a SimCSEModel")
+            self.model = ONNXEncoder(model_name_or_path, **model_kwargs)
+            if pooler is not None and pooler != self.model.pooler_type:
+                raise ValueError(f"pooler={pooler!r} differs from the exported graph's {self.model.pooler_type!r}; "
+                                 "the ONNX graph holds its pooler (export again with --pooler)")
+            self.model_name_or_path = str(model_name_or_path)
+        elif isinstance(model_name_or_path, SimCSEModel):
             if pooler is not None and pooler != model_name_or_path.pooler_type:
                 raise ValueError(f"pooler={pooler!r} differs from the given model's {model_name_or_path.pooler_type!r}")
             self.model = model_name_or_path
@@ -124,7 +140,7 @@ class SimCSE:
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:
             raise ValueError("the model has no tokenizer; SimCSE needs one to encode text")
-        self.device = torch.device(device if device is not None else _default_device())
+        self.device = torch.device(device if device is not None else "cpu" if backend == "onnx" else _default_device())
         self.model.to(self.device)
         self.model.eval()
         self.max_length = self._check_positive(max_length, "max_length")
@@ -160,8 +176,13 @@ class SimCSE:
         device: str | torch.device | None = None,
         show_progress: bool | None = None,
         dtype: torch.dtype | None = None,
+        **mteb_kwargs,
     ) -> torch.Tensor | np.ndarray:
         """Embed one sentence or a list of sentences.
+
+        This is also mteb's encoder protocol: called with an mteb DataLoader and/or mteb's keywords
+        (``task_metadata``, ``hf_split``, ``hf_subset``, ``prompt_type``, ``show_progress_bar``...), it returns
+        unit-length float32 numpy rows (see :func:`simcse.mteb_integration.encode_for_mteb`).
 
         Args:
             sentences: a str, or a list/tuple of str (each non-blank).
@@ -184,6 +205,10 @@ class SimCSE:
                 (the message names its position, e.g. ``sentences[3]``).
             ValueError: an item is empty or only whitespace; a non-positive ``batch_size``/``max_length``.
         """
+        if mteb_kwargs or not isinstance(sentences, (str, list, tuple)):
+            from .mteb_integration import encode_for_mteb
+
+            return encode_for_mteb(self, sentences, batch_size=batch_size, **mteb_kwargs)
         items, single = _check_sentences(sentences)
         batch_size = self._check_positive(batch_size, "batch_size")
         max_length = self._check_positive(self.max_length if max_length is None else max_length, "max_length")
@@ -407,22 +432,51 @@ class SimCSE:
                               f"{self.pooler!r}", UserWarning, stacklevel=2)
         self.index, self.sentences = index, sentences
 
+    def similarity_pairwise(self, embeddings1, embeddings2) -> np.ndarray:
+        """Row-wise cosine of two (N, H) embedding arrays (numpy or torch): float32 (N,) (mteb's protocol).
+
+        Raises:
+            ValueError: the two arrays have different numbers of rows (or a bad shape, as :meth:`similarity`).
+        """
+        def rows(x):  # (H,) -> (1, H); numpy, torch (any device) or a nested list
+            x = x if isinstance(x, (np.ndarray, torch.Tensor)) else np.asarray(x)
+            return x.reshape(1, -1) if x.ndim == 1 else x
+
+        a, _ = self._vectors(rows(embeddings1), "embeddings1")
+        b, _ = self._vectors(rows(embeddings2), "embeddings2")
+        if len(a) != len(b):
+            raise ValueError(f"embeddings1 has {len(a)} rows but embeddings2 has {len(b)}; expected the same")
+        return (a * b).sum(axis=1)
+
+    @property
+    def mteb_model_meta(self):
+        """mteb's ``ModelMeta`` for this model (needs ``mteb``; see :func:`simcse.mteb_integration.model_meta`)."""
+        from .mteb_integration import model_meta
+
+        return model_meta(self)
+
     # ------------------------------------------------------------------------------------------ export
+    def _torch_model(self, what: str) -> SimCSEModel:
+        if not isinstance(self.model, SimCSEModel):
+            raise ValueError(f"{what} needs the torch backend; this tool runs an ONNX graph ({self.model_name_or_path})")
+        return self.model
+
     def save_pretrained(self, folder: str | os.PathLike) -> None:
         """Save the model in simcse's format (:meth:`SimCSEModel.save_pretrained`)."""
-        self.model.save_pretrained(folder)
+        self._torch_model("save_pretrained").save_pretrained(folder)
 
     def export_sentence_transformers(self, folder: str | os.PathLike, max_seq_length: int | None = None) -> Path:
         """Write a sentence-transformers model folder (see :func:`simcse.export.export_sentence_transformers`)."""
         from .export import export_sentence_transformers
 
-        return export_sentence_transformers(self.model, folder, max_seq_length=max_seq_length or self.max_length)
+        return export_sentence_transformers(self._torch_model("export_sentence_transformers"), folder,
+                                            max_seq_length=max_seq_length or self.max_length)
 
     def export_huggingface(self, folder: str | os.PathLike) -> Path:
         """Write a plain HF model folder (see :func:`simcse.export.export_huggingface`)."""
         from .export import export_huggingface
 
-        return export_huggingface(self.model, folder)
+        return export_huggingface(self._torch_model("export_huggingface"), folder)
 
     def __repr__(self) -> str:
         n = self.index.ntotal if self.index is not None else 0
