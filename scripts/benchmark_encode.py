@@ -45,7 +45,7 @@ from bench_common import default_data, default_model, read_sentences  # noqa: E4
 REPO = Path(__file__).resolve().parent.parent
 FP32_PATHS = ("torch", "onnx")
 # the second environment: sentence-transformers' ONNX backend (optimum needs transformers < 4.58)
-ST_ONNX_REQUIREMENTS = ["torch==2.13.0", "transformers==4.57.6", "sentence-transformers==6.2.0",
+ST_ONNX_REQUIREMENTS = ["torch==2.13.0", "transformers==4.57.6", "sentence-transformers==5.7.0",
                         "optimum==2.1.0", "optimum-onnx==0.1.0", "onnxruntime==1.32.0", "onnx==1.23.2"]
 
 

@@ -165,8 +165,8 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
 
     Args:
         folder: a saved model folder (``simcse_config.json`` is read when ``simcse_config`` is None).
-        training: training arguments (names as in ``scripts/train.py``); default: ``simcse_training_args.json``
-            of the folder when present.
+        training: training arguments (names as in ``scripts/train.py``), saved as ``simcse_training_args.json``;
+            default: that file of the folder when present.
         results: ``{"STSBenchmark"|"SICKRelatedness": {"dev"|"test": spearman}}``, Spearman as a fraction
             (0.8203); merged over the results already in the card.
         model_name: the title and the id in the usage snippets (default: the folder name).
@@ -192,6 +192,8 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
     cfg = simcse_config if simcse_config is not None else _json(folder / "simcse_config.json")
     if training is None:
         training = _json(folder / TRAINING_ARGS_NAME)
+    else:  # kept with the folder, so later updates (evaluate --update_card, saves) describe it too
+        (folder / TRAINING_ARGS_NAME).write_text(json.dumps(training, indent=2, default=str) + "\n")
     from .export import ST_POOLING_MODES
 
     st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES
@@ -226,3 +228,24 @@ def results_from_senteval(res: dict) -> dict[str, dict[str, float]]:
                 rho = rho.statistic if hasattr(rho, "statistic") else rho[0] if isinstance(rho, (tuple, list)) else rho
                 out.setdefault(task, {})[split] = float(rho)
     return out
+
+
+def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None) -> Path | None:
+    """End of training: write ``simcse_training_args.json`` (the arguments of ``arg_objects``, dataclasses such
+    as ``(ModelArguments, DataTrainingArguments, TrainingArguments)``) and the card with the dev Spearman of
+    ``results["after"]`` (``eval_stsb_spearman``...) and the test Spearman of ``results["test"]``."""
+    import dataclasses
+
+    training: dict = {}
+    for obj in arg_objects:
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, (str, int, float, bool)) or v is None:
+                training.setdefault(f.name, v)
+    scores: dict[str, dict[str, float]] = {}
+    for task, key in (("STSBenchmark", "stsb_spearman"), ("SICKRelatedness", "sickr_spearman")):
+        for split, section, prefix in (("dev", "after", "eval_"), ("test", "test", "test_")):
+            v = (results.get(section) or {}).get(prefix + key)
+            if v is not None:
+                scores.setdefault(task, {})[split] = float(v)
+    return write_model_card(folder, training=training, results=scores, model_name=model_name)
