@@ -224,16 +224,19 @@ class ONNXEncoder:
                show_progress: bool = False, normalize: bool = False, dtype=None) -> np.ndarray:
         """Embed ``sentences``; float32 (N, H) in input order (the contract of :meth:`SimCSEModel.encode`).
 
-        Batches are cut from the list sorted by token length; ``max_length`` truncates (tokens, capped at the
-        model's limit).
+        Tokenisation and batching are the torch encoder's (:meth:`SimCSEModel.encode`): batches cut from the
+        list sorted by token length; ``max_length`` truncates (tokens, capped at the model's limit).
 
         Raises:
-            ValueError: a ``dtype`` other than None/float32 (reduced precision is the int8 file) or a
-                non-CPU ``device``.
+            TypeError/ValueError: as :meth:`SimCSEModel.encode`; a ``dtype`` other than None/float32 (reduced
+                precision is the int8 file) or a non-CPU ``device``.
         """
         if dtype not in (None, torch.float32):
             raise ValueError(f"dtype={dtype} is for the torch backend; the ONNX backend's reduced precision is the "
                              f"int8 file ({ONNX_INT8_NAME})")
+        from .modeling import SimCSEModel
+
+        SimCSEModel._check_encode_args(self, sentences, batch_size, max_length)
         if device is not None:
             self.to(device)
         n = len(sentences)
@@ -241,9 +244,8 @@ class ONNXEncoder:
         if n == 0:
             return out
         max_length = min(max_length, self.max_input_tokens)
-        tok = self.tokenizer
-        lengths = np.fromiter((len(x) for x in tok(list(sentences), truncation=True, max_length=max_length,
-                                                     return_attention_mask=False)["input_ids"]), np.int64, n)
+        # the torch encoder's tokenisation and length-sorted batching (only the tokenizer is used)
+        flat, lengths, offsets = SimCSEModel._tokenize_flat(self, sentences, max_length)
         order = np.argsort(-lengths, kind="stable")
         starts = range(0, n, batch_size)
         if show_progress:
@@ -252,10 +254,8 @@ class ONNXEncoder:
             starts = tqdm(starts, desc="encoding", unit="batch")
         for start in starts:
             idx = order[start : start + batch_size]
-            enc = tok([sentences[i] for i in idx], padding=True, truncation=True, max_length=max_length,
-                      return_tensors="np")
-            feeds = {k: enc[k].astype(np.int64) for k in self.input_names}
-            out[idx] = self.session.run(None, feeds)[0]
+            batch = SimCSEModel._padded_batch(self, flat, lengths, offsets, idx)
+            out[idx] = self.session.run(None, {k: batch[k] for k in self.input_names})[0]
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out

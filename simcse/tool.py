@@ -205,7 +205,7 @@ class SimCSE:
                 (the message names its position, e.g. ``sentences[3]``).
             ValueError: an item is empty or only whitespace; a non-positive ``batch_size``/``max_length``.
         """
-        if mteb_kwargs or not isinstance(sentences, (str, list, tuple)):
+        if mteb_kwargs or isinstance(sentences, torch.utils.data.DataLoader):
             from .mteb_integration import encode_for_mteb
 
             return encode_for_mteb(self, sentences, batch_size=batch_size, **mteb_kwargs)
