@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, load_script, run_training
+from conftest import SENTENCES, load_script, perturbed_model, run_training
 from simcse.model_card import write_model_card
 from simcse.modeling import SimCSEModel
 
@@ -20,14 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 REAL_DATA = Path(os.environ.get("SIMCSE_DATA_MIRROR", REPO.parent / "shared" / "data")) / "senteval" / "downstream"
 
 
-def _model(folder, pooler, mlp_only_train=False, seed=0):
-    m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
-                                    new_mlp_init="random")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # spread the tiny random model's outputs so that a wrong module would show
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g))
-    return m
+_model = perturbed_model
 
 
 def _cos(a, b):

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES
+from conftest import SENTENCES, perturbed_model
 from simcse import SimCSE
 from simcse.cli import main as cli_main
-from simcse.modeling import SimCSEModel
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -16,14 +15,7 @@ pytest.importorskip("onnx")
 from simcse.onnx import ONNX_INT8_NAME, ONNXEncoder, export_onnx  # noqa: E402
 
 
-def _model(folder, pooler, mlp_only_train=False, seed=0):
-    m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
-                                    new_mlp_init="random")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # spread the tiny random model's outputs so that a wrong pooler would show
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g))
-    return m
+_model = perturbed_model
 
 
 def _cos(a, b):
