@@ -17,8 +17,9 @@ def test_speedup_is_fastest_over_fastest_per_level(bench, capsys):
     times = {("ours", "torch"): [4.0, 4.0], ("ours", "onnx"): [2.0, 2.0], ("ours", "onnx-int8"): [1.0, 1.0],
              ("st", "torch"): [6.0, 6.0], ("st", "onnx"): [3.0, 3.0], ("st", "onnx-int8"): [2.5, 1.5]}
     embs = {k: (noisy if k[1] == "onnx-int8" else e) for k in times}
-    speedups, ok = bench.report(args, times, embs)
+    speedups, ok = bench.report(args, times, embs, cpus=times)
     assert ok
+    assert "speed-up 1.50 (CPU-time ratio 1.50)" in capsys.readouterr().out
     assert speedups == {"fp32": pytest.approx(6.0 / 4.0), "reduced": pytest.approx(4.0 / 2.0)}
     # a "fp32" path whose embeddings differ fails the check
     embs[("ours", "onnx")] = noisy
