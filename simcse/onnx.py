@@ -20,7 +20,6 @@ Needs ``pip install simcse[onnx]`` (onnx, onnxruntime, onnxscript).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -29,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-logger = logging.getLogger(__name__)
 
 ONNX_SUBDIR = "onnx"
 ONNX_FP32_NAME = "simcse.onnx"
