@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
 ONNX_SUBDIR = "onnx"
 ONNX_FP32_NAME = "simcse.onnx"
 ONNX_INT8_NAME = "simcse_int8.onnx"
