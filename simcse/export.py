@@ -183,8 +183,8 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
                     "sentence-transformers)"
                 )
         simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
-        for name in simcse_files:
-            _remove(saved / name)
+        for name in simcse_files + ("README.md", "simcse_training_args.json"):
+            _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
         out.mkdir(exist_ok=True)
         for name in simcse_files:
             _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder

@@ -97,6 +97,7 @@ def test_huggingface_export_pooler_holds_mlp(tmp_path, request, arch):
     ours = model.encode(SENTENCES)
     out = export_huggingface(model, tmp_path / "hf")
     assert not (out / "simcse_config.json").exists() and not (out / "simcse_mlp.safetensors").exists()
+    assert not (out / "modules.json").exists() and not (out / "README.md").exists()  # no simcse card or ST files
     hf, tok = AutoModel.from_pretrained(str(out)).eval(), AutoTokenizer.from_pretrained(str(out))
     with torch.no_grad():
         pooled = hf(**tok(SENTENCES, padding=True, return_tensors="pt")).pooler_output.numpy()
