@@ -7,7 +7,8 @@
 #
 # Environment: OUT (default result/reproduce-raw), THREADS (torch threads, default 1), WIKI / NLI (data
 # files; default data/ or $SIMCSE_DATA_MIRROR), PRETRAIN_MINUTES (time budget, default 60), STEPS (SimCSE
-# steps of every run, default 250), SEED (default 42). Finished work is kept: rerunning resumes the
+# steps of every run, default 60), STS_TASKS (default STSBenchmark; "STS12 STS13 STS14 STS15 STS16
+# STSBenchmark SICKRelatedness" for the 7-task average), SEED (default 42). Finished work is kept: rerunning resumes the
 # pretraining from its last checkpoint and skips finished reproduction parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,8 @@ else
   PRETRAIN=(--max_lines 250000 --tokenizer_lines 250000 --vocab_size 8192 --hidden_size 256 --num_hidden_layers 4
             --num_attention_heads 4 --max_seq_length 32 --batch_size 64 --learning_rate 5e-4 --max_steps 3000
             --max_minutes "${PRETRAIN_MINUTES:-60}" --save_steps 200 --logging_steps 25)
-  REPRO=(--steps "${STEPS:-250}" --batch_size 64 --learning_rate 1e-4 --align_every 25)
+  REPRO=(--steps "${STEPS:-60}" --batch_size 64 --learning_rate 1e-4 --align_every 30 --whitening_sentences 2000
+         --sts_tasks ${STS_TASKS:-STSBenchmark})
 fi
 python scripts/pretrain_mlm.py --train_file "$WIKI" --output_dir "$OUT/raw-bert" --seed "$SEED" \
   --torch_threads "$THREADS" "${PRETRAIN[@]}"
