@@ -9,6 +9,7 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8") if Path(__file__).with_name("README.md").exists() else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["simcse", "simcse.*"]),
+    package_data={"simcse": ["static/*.html", "static/*.css", "static/*.js"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1",
@@ -24,7 +25,9 @@ setup(
     extras_require={
         "faiss": ["faiss-cpu>=1.7.4"],
         "plots": ["matplotlib>=3.7"],
-        "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4"],
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
+        "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4",
+                "fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "playwright>=1.40"],
     },
     entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.train:main"]},
 )
