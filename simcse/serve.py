@@ -30,6 +30,7 @@ MAX_BATCH = 32  # queries in one batch search
 MAX_ENCODE = 64  # sentences in one encode request
 MAX_BODY_BYTES = 1 << 20  # a request body above 1 MiB is refused before it is parsed
 WIKI_NAME = "wiki1m_for_simcse.txt"
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 EXAMPLES = (
     "A man is playing a guitar.",
     "The stock market fell sharply today.",
@@ -104,7 +105,7 @@ class SearchService:
 
     Args:
         tool: a :class:`simcse.SimCSE` with a non-empty index (``build_index`` / ``load_index`` done).
-        model_name: shown as the model in :meth:`info` (default ``tool.model_name_or_path``).
+        model_name: the model's name shown on the page (default ``tool.model_name_or_path``).
         source: where the index came from (a folder or a text file), shown in :meth:`info`.
         examples: example queries for the page.
         dtype: compute dtype of query encoding (``torch.bfloat16`` or None for float32).
@@ -129,7 +130,7 @@ class SearchService:
         """Model, pooler, index size and backend, limits and defaults (JSON-ready)."""
         import simcse
 
-        return {"model": self.model_name, "pooler": self.tool.pooler, "size": len(self.tool.sentences),
+        return {"model": self.model_name, "model_path": self.tool.model_name_or_path, "pooler": self.tool.pooler, "size": len(self.tool.sentences),
                 "backend": self.tool.index.kind, "dim": self.tool.hidden_size, "source": self.source,
                 "device": str(self.tool.device), "version": simcse.__version__,
                 "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
@@ -248,9 +249,10 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
                  batch_size: int = 64, max_length: int = 128, dtype=None, examples=None) -> SearchService:
     """Load the model and the index and return a :class:`SearchService`.
 
-    With ``index``: a folder written by ``simcse index`` (the model is read from it unless given). With
-    ``input``: a text file encoded and indexed now (a progress bar on stderr). With neither: the embedded
-    default, all-MiniLM-L6-v2 (``avg`` pooler) over the first :data:`DEFAULT_MAX_LINES` lines of the wiki file.
+    With ``index``: a folder written by ``simcse index`` (the model and pooler are read from it unless
+    given). With ``input``: a text file encoded and indexed now (a progress bar on stderr). With neither:
+    the embedded default, all-MiniLM-L6-v2 (``avg`` pooler) over the first :data:`DEFAULT_MAX_LINES` lines
+    of the wiki file.
 
     Raises:
         FileNotFoundError: a missing file, folder or default corpus; ImportError: the default model package is
@@ -262,14 +264,16 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
         raise ValueError("give --input or --index, not both")
     if max_lines is not None and max_lines < 1:
         raise ValueError(f"--max-lines must be a positive integer, got {max_lines}")
+    name = None
     if model is None and index is None:
-        model, pooler = default_model(), pooler or "avg"
+        model, pooler, name = default_model(), pooler or "avg", DEFAULT_MODEL_NAME
         if input is None:
             input, max_lines = str(default_corpus()), max_lines or DEFAULT_MAX_LINES
     if index is not None:
         from .cli import model_for_index
 
         model = model_for_index(index, model)
+        pooler = pooler or _index_pooler(index)
     elif not Path(input).is_file():
         raise FileNotFoundError(f"--input {input!r} is not a file")
     _say(f"loading model {model}")
@@ -280,10 +284,20 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
         source = index
     else:
         corpus = first_lines(Path(input), max_lines) if max_lines else input
-        tool.build_index(corpus, batch_size=batch_size, show_progress=True)
+        tool.build_index(corpus, batch_size=batch_size, chunk_size=1_000, show_progress=True)  # progress per 1,000
         _say(f"indexed {len(tool.sentences):,} sentences of {input} in {time.perf_counter() - t0:.1f} s")
         source = input
-    return SearchService(tool, model_name=model, source=source, examples=examples or EXAMPLES, dtype=dtype)
+    return SearchService(tool, model_name=name or model, source=source, examples=examples or EXAMPLES, dtype=dtype)
+
+
+def _index_pooler(index: str) -> str | None:
+    """The pooler recorded in an index folder's ``simcse_index.json`` (None when absent)."""
+    import json
+
+    from .tool import TOOL_META_NAME
+
+    meta = Path(index) / TOOL_META_NAME
+    return json.loads(meta.read_text()).get("pooler") if meta.is_file() else None
 
 
 def _say(msg: str) -> None:

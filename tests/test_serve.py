@@ -328,7 +328,7 @@ def test_serve_loads_an_index_folder_written_by_simcse_index(tiny_bert_dir, tmp_
     try:
         info = httpx.get(f"{url}/api/info").json()
         assert (info["size"], info["backend"], info["pooler"]) == (len(SENTENCES), "numpy", "avg")
-        assert info["model"] == str(Path(tiny_bert_dir).resolve())
+        assert info["model"] == info["model_path"] == str(Path(tiny_bert_dir).resolve())
     finally:
         stop_serve(proc)
 
@@ -367,7 +367,8 @@ def test_serve_without_arguments_serves_minilm_over_the_wiki_file(minilm_dir):
     proc, url = start_serve(["--max-lines", "64"])  # the default model and corpus, fewer lines
     try:
         info = httpx.get(f"{url}/api/info").json()
-        assert (info["model"], info["pooler"], info["size"], info["source"]) == (minilm_dir, "avg", 64, str(wiki))
+        assert (info["model"], info["model_path"]) == ("all-MiniLM-L6-v2", minilm_dir)
+        assert (info["pooler"], info["size"], info["source"]) == ("avg", 64, str(wiki))
         with open(wiki, encoding="utf-8") as f:
             first = f.readline().rstrip("\r\n")
         top = httpx.get(f"{url}/api/search", params={"query": first, "top_k": 1}).json()["results"][0]

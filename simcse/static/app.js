@@ -114,8 +114,10 @@ async function init() {
   });
   try {
     const [info, ex] = await Promise.all([api("/api/info"), api("/api/examples")]);
+    const source = info.source.split(/[\\/]/).pop();
     $("about").textContent = `Model ${info.model} (pooler ${info.pooler}) · index of `
-      + `${info.size.toLocaleString("en")} sentences (${info.backend}, ${info.dim}-d) from ${info.source}`;
+      + `${info.size.toLocaleString("en")} sentences of ${source} (${info.backend}, ${info.dim}-d)`;
+    $("about").title = `${info.model_path}\n${info.source}`;
     $("top-k").value = info.defaults.top_k;
     $("threshold").value = info.defaults.threshold;
     showExamples(ex.examples);
