@@ -74,7 +74,8 @@ class SearchResponse(BaseModel):
     top_k: int
     threshold: float
     results: list[Hit]
-    elapsed_ms: float = Field(description="server time to encode the query and search, milliseconds")
+    elapsed_ms: float = Field(description="server time to encode the query and search, milliseconds (including "
+                                          "any wait for the model while other requests are encoded)")
 
 
 class QueryResults(BaseModel):
