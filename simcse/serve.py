@@ -189,7 +189,9 @@ def add_arguments(p) -> None:
     """Add the ``serve`` options to an argparse parser (besides the model options of ``simcse index``)."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--index", default=None, help="index folder written by 'simcse index'")
-    src.add_argument("--input", default=None, help="text file to index at start-up, one sentence per line")
+    src.add_argument("--input", default=None, help="text file to index at start-up, one sentence per line; or "
+                     ".csv/.tsv/.jsonl with --column")
+    p.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv --input (field of a .jsonl)")
     p.add_argument("--max-lines", type=int, default=None,
                    help=f"index only the first N non-blank lines (default: all of --input; {DEFAULT_MAX_LINES:,} "
                         "of the wiki file when neither --index nor --input is given)")
@@ -232,12 +234,13 @@ def default_corpus() -> Path:
                             f"{', '.join(str(p.parent) for p in places)} (get it with `bash data/download_wiki.sh`)")
 
 
-def first_lines(path: Path, n: int) -> list[str]:
-    """The first ``n`` non-blank lines of a UTF-8 text file, line endings removed."""
-    from .tool import _iter_lines
+def first_lines(path: Path, n: int, column: str | None = None) -> list[str]:
+    """The first ``n`` non-blank sentences of a sentence file (text lines without their ending; a CSV/TSV/
+    JSONL ``column``), as :meth:`simcse.SimCSE.build_index` reads it."""
+    from .tool import _iter_sentences
 
     out = []
-    for line in _iter_lines(path):
+    for line in _iter_sentences(path, column):
         if len(out) == n:
             break
         out.append(line)
@@ -245,7 +248,8 @@ def first_lines(path: Path, n: int) -> list[str]:
 
 
 def load_service(model: str | None = None, pooler: str | None = None, input: str | None = None,
-                 index: str | None = None, max_lines: int | None = None, device: str | None = None,
+                 index: str | None = None, column: str | None = None, max_lines: int | None = None,
+                 device: str | None = None,
                  batch_size: int = 64, max_length: int = 128, dtype=None, examples=None) -> SearchService:
     """Load the model and the index and return a :class:`SearchService`.
 
@@ -272,8 +276,7 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
     if index is not None:
         from .cli import model_for_index
 
-        model = model_for_index(index, model)
-        pooler = pooler or _index_pooler(index)
+        model, pooler = model_for_index(index, model, pooler)
     elif not Path(input).is_file():
         raise FileNotFoundError(f"--input {input!r} is not a file")
     _say(f"loading model {model}")
@@ -283,21 +286,12 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
         tool.load_index(index)
         source = index
     else:
-        corpus = first_lines(Path(input), max_lines) if max_lines else input
-        tool.build_index(corpus, batch_size=batch_size, chunk_size=1_000, show_progress=True)  # progress per 1,000
+        corpus = first_lines(Path(input), max_lines, column) if max_lines else input
+        tool.build_index(corpus, batch_size=batch_size, column=None if max_lines else column, chunk_size=1_000,
+                         show_progress=True)  # the bar moves every 1,000 sentences
         _say(f"indexed {len(tool.sentences):,} sentences of {input} in {time.perf_counter() - t0:.1f} s")
         source = input
     return SearchService(tool, model_name=name or model, source=source, examples=examples or EXAMPLES, dtype=dtype)
-
-
-def _index_pooler(index: str) -> str | None:
-    """The pooler recorded in an index folder's ``simcse_index.json`` (None when absent)."""
-    import json
-
-    from .tool import TOOL_META_NAME
-
-    meta = Path(index) / TOOL_META_NAME
-    return json.loads(meta.read_text()).get("pooler") if meta.is_file() else None
 
 
 def _say(msg: str) -> None:
@@ -363,7 +357,7 @@ def run(args) -> int:
     import torch
 
     service = load_service(model=args.model, pooler=args.pooler, input=args.input, index=args.index,
-                           max_lines=args.max_lines, device=args.device, batch_size=args.batch_size,
+                           column=args.column, max_lines=args.max_lines, device=args.device, batch_size=args.batch_size,
                            max_length=args.max_length, dtype=torch.bfloat16 if args.bf16 else None,
                            examples=args.example)
     _say(f"serving {service.info()['size']:,} sentences on http://{args.host}:{args.port}/ (Ctrl+C stops)")
