@@ -130,9 +130,9 @@ class SearchService:
         """Model, pooler, index size and backend, limits and defaults (JSON-ready)."""
         import simcse
 
-        return {"model": self.model_name, "model_path": self.tool.model_name_or_path, "pooler": self.tool.pooler, "size": len(self.tool.sentences),
-                "backend": self.tool.index.kind, "dim": self.tool.hidden_size, "source": self.source,
-                "device": str(self.tool.device), "version": simcse.__version__,
+        return {"model": self.model_name, "model_path": self.tool.model_name_or_path, "pooler": self.tool.pooler,
+                "size": len(self.tool.sentences), "backend": self.tool.index.kind, "dim": self.tool.hidden_size,
+                "source": self.source, "device": str(self.tool.device), "version": simcse.__version__,
                 "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
                 "limits": {"max_top_k": MAX_TOP_K, "max_text_chars": MAX_TEXT_CHARS, "max_batch": MAX_BATCH,
                            "max_encode": MAX_ENCODE, "max_body_bytes": MAX_BODY_BYTES}}
@@ -357,9 +357,9 @@ def run(args) -> int:
     import torch
 
     service = load_service(model=args.model, pooler=args.pooler, input=args.input, index=args.index,
-                           column=args.column, max_lines=args.max_lines, device=args.device, batch_size=args.batch_size,
-                           max_length=args.max_length, dtype=torch.bfloat16 if args.bf16 else None,
-                           examples=args.example)
+                           column=args.column, max_lines=args.max_lines, device=args.device,
+                           batch_size=args.batch_size, max_length=args.max_length,
+                           dtype=torch.bfloat16 if args.bf16 else None, examples=args.example)
     _say(f"serving {service.info()['size']:,} sentences on http://{args.host}:{args.port}/ (Ctrl+C stops)")
     uvicorn.Server(uvicorn_config(create_app(service), args.host, args.port, args.log_level)).run()
     return 0

@@ -122,7 +122,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
             return 422, "the request body is missing; expected a JSON object"
         return 422, f"the request body: {err.get('msg')}"
     got = err.get("input")
-    tail = "" if err.get("type") in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f", got {got!r}"
+    quiet = err.get("type") in ("missing", "extra_forbidden") or isinstance(got, (dict, list))
+    tail = "" if quiet else f", got {got!r}"
     if err.get("type") == "extra_forbidden":
         return 422, f"unknown field {'.'.join(loc)!r}"
     return 422, f"{'.'.join(loc)}: {err.get('msg')}{tail}"[:500]

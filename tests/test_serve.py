@@ -375,3 +375,15 @@ def test_serve_without_arguments_serves_minilm_over_the_wiki_file(minilm_dir):
         assert top["sentence"] == first and top["score"] > 0.99
     finally:
         stop_serve(proc)
+
+
+def test_load_service_reads_the_first_lines_of_a_csv_column(tiny_bert_dir, tmp_path):
+    from simcse.serve import load_service
+
+    csv = tmp_path / "pairs.csv"
+    csv.write_text("id,text\n" + "".join(f'{i},"{s}"\n' for i, s in enumerate(SENTENCES)), encoding="utf-8")
+    service = load_service(model=str(tiny_bert_dir), pooler="avg", input=str(csv), column="text", max_lines=5)
+    assert service.tool.sentences == SENTENCES[:5]
+    assert service.search([SENTENCES[2]], top_k=1, threshold=-1)[0][0]["sentence"] == SENTENCES[2]
+    with pytest.raises(ValueError, match="--max-lines must be a positive integer"):
+        load_service(model=str(tiny_bert_dir), input=str(csv), column="text", max_lines=0)
