@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask etc. keep working)
+from .dropout import (  # re-exported (see __all__): simcse.modeling.keep_mask etc. keep working
     DROPOUT_SUFFIXES,
     CPUDropout,
     cpu_dropout,
@@ -37,6 +37,12 @@ from .pooling import MLPHead, get_pooler, recorded_pooler
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SimCSEModel", "SIMCSE_CONFIG_NAME", "MLP_WEIGHTS_NAME", "FORMAT_VERSION", "UNPADDED_ATTENTION",
+    # re-exported from simcse.dropout (DualEncoderModel and SECOND_ENCODER_DIR: lazily, see __getattr__)
+    "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
+]
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
@@ -254,8 +260,8 @@ class SimCSEModel(nn.Module):
         """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
 
         On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
-        layers, LayerNorm and dropout cost the real tokens only (on wiki sentences cut at 32 tokens, about 75%
-        of the padded batch); attention runs per sentence. Outputs equal the padded forward up to float
+        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
+        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
@@ -472,7 +478,7 @@ class SimCSEModel(nn.Module):
             "hidden_size": self.hidden_size,
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
