@@ -149,6 +149,12 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
     )
+    batch_sampler: str = field(
+        default="default",
+        metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
+                          "global batch holds one text twice, so repeated texts (e.g. a premise with several "
+                          "hypotheses) never act as negatives of themselves; no row is dropped."},
+    )
 
     def __post_init__(self):
         from .data import OBJECTIVE_WINDOWS, check_train_file
@@ -157,6 +163,8 @@ class DataTrainingArguments:
             raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
         if self.objective != "simcse" and self.neutral_as_negative:
             raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --objective " + self.objective)
+        if self.batch_sampler not in ("default", "no_duplicates"):
+            raise ValueError(f"--batch_sampler must be 'default' or 'no_duplicates', got {self.batch_sampler!r}")
         if self.no_hard_negatives and self.neutral_as_negative:
             raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
 

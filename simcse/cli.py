@@ -4,7 +4,7 @@
     simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
     simcse serve    [--index DIR | --model M --input corpus.txt] [--host 127.0.0.1] [--port 8000]
-    simcse export   --model M --output DIR --format sentence-transformers|huggingface
+    simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
     simcse train    ...   # the arguments of scripts/train.py (simcse.train.main)
     simcse evaluate ...   # the arguments of scripts/evaluation.py
 
@@ -80,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--model", "--model_name_or_path", dest="model", required=True)
     x.add_argument("--pooler", default=None)
     x.add_argument("--output", required=True)
-    x.add_argument("--format", choices=["sentence-transformers", "huggingface"], default="sentence-transformers")
+    x.add_argument("--format", choices=["sentence-transformers", "huggingface", "onnx"], default="sentence-transformers",
+                   help="onnx: onnx/simcse.onnx (the whole model, pooler included) for SimCSE(DIR, backend='onnx')")
     x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
+    x.add_argument("--quantize", choices=["int8"], default=None,
+                   help="with --format onnx: also write onnx/simcse_int8.onnx (dynamic int8 quantisation)")
 
     v = sub.add_parser("serve", help="search demo: a web page and a JSON API over an index")
     _add_model_args(v, required=False)
@@ -238,8 +241,14 @@ def cmd_export(args) -> int:
     from .export import export_huggingface, export_sentence_transformers
     from .modeling import SimCSEModel
 
+    if args.quantize and args.format != "onnx":
+        raise CLIError(f"--quantize needs --format onnx (got --format {args.format})")
     model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler)
-    if args.format == "sentence-transformers":
+    if args.format == "onnx":
+        from .onnx import export_onnx
+
+        out = export_onnx(model, args.output, quantize=args.quantize)
+    elif args.format == "sentence-transformers":
         out = export_sentence_transformers(model, args.output, max_seq_length=args.max_length)
     else:
         out = export_huggingface(model, args.output)
