@@ -9,6 +9,7 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8") if Path(__file__).with_name("README.md").exists() else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["simcse", "simcse.*"]),
+    package_data={"simcse": ["static/*.html", "static/*.css", "static/*.js"]},
     python_requires=">=3.10",
     # Lower bounds are versions the whole test suite passes with (scripts/check_min_versions.sh installs
     # exactly these in a fresh venv and runs it); lower versions are not claimed to work.
@@ -30,8 +31,10 @@ setup(
         "plots": ["matplotlib>=3.7"],
         "onnx": ["onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1"],
         "mteb": ["mteb>=2.0,<3"],
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
         "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4",
-                "onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1", "mteb>=2.0,<3"],
+                "onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1", "mteb>=2.0,<3",
+                "fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "playwright>=1.40"],
     },
     entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.train:main"]},
 )
