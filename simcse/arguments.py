@@ -149,6 +149,7 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
     )
+<<<<<<< HEAD
     # ---- the paper's batch (simcse.batch_size; docs/recipes.md)
     global_batch_size: int | None = field(
         default=None,
@@ -171,6 +172,13 @@ class DataTrainingArguments:
         default=None,
         metadata={"help": "Token cut of the sentences encoded by the training-time STS-B/SICK-R evaluation. Unset: "
                           "no cut beyond the model's own maximum length, as the reference's evaluation."},
+=======
+    batch_sampler: str = field(
+        default="default",
+        metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
+                          "global batch holds one text twice, so repeated texts (e.g. a premise with several "
+                          "hypotheses) never act as negatives of themselves; no row is dropped."},
+>>>>>>> main
     )
 
     def __post_init__(self):
@@ -180,6 +188,8 @@ class DataTrainingArguments:
             raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
         if self.objective != "simcse" and self.neutral_as_negative:
             raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --objective " + self.objective)
+        if self.batch_sampler not in ("default", "no_duplicates"):
+            raise ValueError(f"--batch_sampler must be 'default' or 'no_duplicates', got {self.batch_sampler!r}")
         if self.no_hard_negatives and self.neutral_as_negative:
             raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
 

@@ -151,8 +151,7 @@ def _make_collator(model_args, data_args, training_args, tok):
         pad_token_id=tok.pad_token_id or 0,
         max_seq_length=data_args.max_seq_length,
         pad_to_max_length=data_args.pad_to_max_length,
-        mlm_probability=model_args.mlm_probability if model_args.do_mlm else None,
-        mask_token_id=tok.mask_token_id,
+        mask_token_id=tok.mask_token_id,  # MLM masks are drawn by the trainer (SimCSETrainer._add_mlm_masks)
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
     )
@@ -221,6 +220,7 @@ def build(model_args, data_args, training_args):
             raise SetupError(str(e)) from e
     if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
         raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
+    train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
             ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
@@ -243,7 +243,38 @@ def build(model_args, data_args, training_args):
         eval_max_length=data_args.eval_max_length,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         fixed_dropout=model_args.fixed_dropout,
+        no_duplicates_rows=train_rows,
+        mlm_masker=_mlm_masker(model.tokenizer, model_args.mlm_probability) if model_args.do_mlm else None,
     )
+
+
+def _mlm_masker(tok, probability: float):
+    """:func:`simcse.data.mask_tokens` with the tokenizer's mask id, vocabulary size and special ids bound."""
+    import functools
+
+    from .data import mask_tokens
+
+    return functools.partial(mask_tokens, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                             special_ids=list(tok.all_special_ids), mlm_probability=probability)
+
+
+def _repeated_text_check(ds, columns: list[str], batch_sampler: str):
+    """Rows of texts for the ``no_duplicates`` sampler, or None after warning once about repeated texts.
+
+    With the default sampler, rows that share a text can meet in one batch and act as negatives of their own
+    positive; the warning gives the count and the option that prevents it."""
+    from .samplers import count_repeated_rows
+
+    rows = list(zip(*(ds[c] for c in columns)))
+    if batch_sampler == "no_duplicates":
+        logger.info("--batch_sampler no_duplicates: no global batch holds one text twice")
+        return rows
+    n_rows, n_texts = count_repeated_rows(rows)
+    if n_rows:
+        logger.warning("%d of %d training rows share a text with another row (%d repeated texts): in one batch they "
+                       "act as negatives of their own positive; --batch_sampler no_duplicates keeps them apart",
+                       n_rows, len(rows), n_texts)
+    return None
 
 
 def _corr(value) -> float:
@@ -284,7 +315,9 @@ def main(argv: list[str] | None = None) -> dict:
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     trainer.save_model(training_args.output_dir)
     if data_args.eval_before_training or training_args.eval_strategy != "no":
-        results["after"] = trainer.evaluate()
+        # The final model (the best checkpoint when load_best_model_at_end) is scored under its own keys
+        # (final_stsb_spearman, ...): logged at the last step, it must not read as a second eval_ value there.
+        results["after"] = trainer.evaluate(metric_key_prefix="final")
         _print_metrics("after training (dev)", results["after"])
     if data_args.test_after_training and training_args.should_save:
         from .evaluation import evaluate
@@ -306,7 +339,18 @@ def main(argv: list[str] | None = None) -> dict:
                             model_name=training_args.hub_model_id if training_args.push_to_hub else None)
     if training_args.push_to_hub:
         trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
+    if training_args.should_save:
+        _print_next_steps(training_args.output_dir)
     return results
+
+
+def _print_next_steps(output_dir: str) -> None:
+    """Say where the trained model is and the commands that use it (the pooler is read from the folder)."""
+    out = Path(output_dir).resolve()
+    print(f"[simcse] trained model: {out}\n"
+          f"[simcse] evaluate it:   python scripts/evaluation.py --model_name_or_path {out} --task_set full\n"
+          f"[simcse] use it:        python -c \"from simcse import SimCSE; m = SimCSE('{out}'); "
+          f"print(m.similarity('A man is playing a guitar.', 'A person plays music.'))\"", flush=True)
 
 
 if __name__ == "__main__":
