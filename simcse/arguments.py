@@ -149,7 +149,12 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
     )
-<<<<<<< HEAD
+    batch_sampler: str = field(
+        default="default",
+        metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
+                          "global batch holds one text twice, so repeated texts (e.g. a premise with several "
+                          "hypotheses) never act as negatives of themselves; no row is dropped."},
+    )
     # ---- the paper's batch (simcse.batch_size; docs/recipes.md)
     global_batch_size: int | None = field(
         default=None,
@@ -172,13 +177,6 @@ class DataTrainingArguments:
         default=None,
         metadata={"help": "Token cut of the sentences encoded by the training-time STS-B/SICK-R evaluation. Unset: "
                           "no cut beyond the model's own maximum length, as the reference's evaluation."},
-=======
-    batch_sampler: str = field(
-        default="default",
-        metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
-                          "global batch holds one text twice, so repeated texts (e.g. a premise with several "
-                          "hypotheses) never act as negatives of themselves; no row is dropped."},
->>>>>>> main
     )
 
     def __post_init__(self):
