@@ -42,15 +42,72 @@ def parse_args(argv: list[str]):
                 continue  # comments
             prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
         argv = prefix + argv[1:]
+    argv = argv + _precision_flags(argv)
     try:
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
+    _apply_global_batch(data_args, training_args, _gave_per_device(argv))
     out = Path(training_args.output_dir).expanduser() if training_args.output_dir else None
     blocker = next((q for q in ([out, *out.parents] if out else []) if q.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise SetupError(f"--output_dir {training_args.output_dir!r} cannot be used: {str(blocker)!r} is a file, not a folder")
     return model_args, data_args, training_args
+
+
+def _last_value(argv: list[str], flag: str) -> str | None:
+    """The value of the last ``flag value`` or ``flag=value`` in ``argv`` (None when absent)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def _precision_flags(argv: list[str]) -> list[str]:
+    """``--bf16 true`` / ``--fp16 true`` for ``--precision`` on a CUDA machine; nothing on CPU, for fp32, or when
+    ``--bf16``/``--fp16``/``--use_cpu`` is given (an explicit HF flag wins).
+
+    Raises:
+        SetupError: ``--precision bf16`` on a GPU without bf16 support.
+    """
+    precision = _last_value(argv, "--precision")
+    if precision not in ("bf16", "fp16") or any(_last_value(argv, f) is not None for f in ("--bf16", "--fp16", "--use_cpu")):
+        return []
+    import torch
+
+    if not torch.cuda.is_available():
+        logger.info("--precision %s applies to GPUs; training on CPU in fp32", precision)
+        return []
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise SetupError("--precision bf16: this GPU has no bf16 support; pass --precision fp16 (the reference's choice)")
+    return [f"--{precision}", "true"]
+
+
+def _gave_per_device(argv: list[str]) -> bool:
+    """Whether ``argv`` (config options included) sets ``--per_device_train_batch_size``."""
+    return _last_value(argv, "--per_device_train_batch_size") is not None
+
+
+def _apply_global_batch(data_args, training_args, explicit_per_device: bool) -> None:
+    """Set the per-device batch from ``--global_batch_size`` and ``WORLD_SIZE`` (:mod:`simcse.batch_size`)."""
+    if data_args.global_batch_size is None:
+        return
+    from .batch_size import BatchSizeError, derive_per_device_batch, world_size_from_env
+
+    try:
+        world = world_size_from_env()
+        per_device = derive_per_device_batch(
+            data_args.global_batch_size, world,
+            training_args.per_device_train_batch_size if explicit_per_device else None,
+            data_args.allow_batch_size_mismatch)
+    except BatchSizeError as e:
+        raise SetupError(str(e)) from e
+    training_args.per_device_train_batch_size = per_device
+    logger.info("contrastive batch: %d per device x %d process(es) = %d (--global_batch_size %d)",
+                per_device, world, per_device * world, data_args.global_batch_size)
 
 
 def _load_model(model_args, dropout: float | None):
@@ -183,6 +240,7 @@ def build(model_args, data_args, training_args):
         hard_negative_weight=model_args.hard_negative_weight,
         mlm_weight=model_args.mlm_weight,
         senteval_dir=data_args.senteval_dir,
+        eval_max_length=data_args.eval_max_length,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         fixed_dropout=model_args.fixed_dropout,
         no_duplicates_rows=train_rows,

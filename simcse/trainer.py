@@ -50,7 +50,9 @@ class SimCSETrainer(Trainer):
         mlm_weight: lambda of the auxiliary MLM loss (Appendix D) when the batch carries ``mlm_input_ids``.
         senteval_dir: SentEval ``downstream`` folder for dev evaluation (default: see
             :func:`simcse.evaluation.resolve_senteval_dir`).
-        eval_max_length: token truncation when encoding evaluation sentences.
+        eval_max_length: token cut of the evaluation sentences; None (default): only the model's own limit
+            (:attr:`~simcse.modeling.SimCSEModel.max_input_tokens`), as the reference's evaluation, which does
+            not truncate.
         gradient_cache_chunk_size: None or 0: off. Otherwise the number of *examples* (each with its V views)
             the encoder runs on at once; the loss is still over the whole per-device batch (GradCache, see
             :meth:`training_step` and :mod:`simcse.gradcache`).
@@ -94,7 +96,7 @@ class SimCSETrainer(Trainer):
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
-                 senteval_dir: str | None = None, eval_max_length: int = 128,
+                 senteval_dir: str | None = None, eval_max_length: int | None = None,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
                  no_duplicates_rows=None, mlm_masker=None, **kwargs):
         if kwargs.get("eval_dataset") is None:
@@ -310,9 +312,10 @@ class SimCSETrainer(Trainer):
         data_dir = getattr(eval_dataset or self.eval_dataset, "data_dir", None) or self.senteval_dir
         model = self.accelerator.unwrap_model(self.model)
         bs = self.args.per_device_eval_batch_size
+        cap = getattr(getattr(model, "first", model), "max_input_tokens", 512)  # DualEncoderModel: its first encoder
 
         def encode(sentences):
-            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length)
+            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length or cap)
 
         scores = evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
