@@ -1,6 +1,7 @@
-"""``python -m simcse ...``: the ``simcse`` command (see :mod:`simcse.cli`)."""
+"""``python -m simcse ...``: the ``simcse`` command (:func:`simcse.cli.main`)."""
 import sys
 
 from .cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

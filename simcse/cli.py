@@ -3,7 +3,8 @@
     simcse encode   --model M --input sentences.txt --output emb.npy [--pooler avg] [--bf16]
     simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
-    simcse export   --model M --output DIR --format sentence-transformers|huggingface
+    simcse serve    [--index DIR | --model M --input corpus.txt] [--host 127.0.0.1] [--port 8000]
+    simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
     simcse convert  --model REFERENCE_CHECKPOINT --pooler cls|cls_before_pooler|... --output DIR [--mlp_only_train]
     simcse train    [--config unsup_bert_base] ...   # simcse.train.main; --list_configs lists packaged configs
     simcse evaluate --model_name_or_path M [--pooler cls] [--mode test] [--task_set sts]   # simcse.evaluation.cli
@@ -45,8 +46,9 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
-                                "export, train, evaluate, download.")
-    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,convert,train,evaluate,download}")
+                                "serve, export, convert, train, evaluate, download.")
+    sub = p.add_subparsers(dest="command",
+                           metavar="{encode,index,search,serve,export,convert,train,evaluate,download}")
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
@@ -83,8 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--model", "--model_name_or_path", dest="model", required=True)
     x.add_argument("--pooler", default=None)
     x.add_argument("--output", required=True)
-    x.add_argument("--format", choices=["sentence-transformers", "huggingface"], default="sentence-transformers")
+    x.add_argument("--format", choices=["sentence-transformers", "huggingface", "onnx"], default="sentence-transformers",
+                   help="onnx: onnx/simcse.onnx (the whole model, pooler included) for SimCSE(DIR, backend='onnx')")
     x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
+    x.add_argument("--quantize", choices=["int8"], default=None,
+                   help="with --format onnx: also write onnx/simcse_int8.onnx (dynamic int8 quantisation)")
+
+    v = sub.add_parser("serve", help="search demo: a web page and a JSON API over an index")
+    _add_model_args(v, required=False)
+    from .serve import add_arguments as add_serve_arguments
+
+    add_serve_arguments(v)
 
     c = sub.add_parser("convert", help="write a reference SimCSE trainer checkpoint (or any encoder) in simcse's format")
     c.add_argument("--model", "--model_name_or_path", "--path", dest="model", required=True,
@@ -177,18 +188,12 @@ def cmd_index(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from .tool import TOOL_META_NAME
-
     queries = list(args.query)
     if args.query_file:
         queries += _read_lines(args.query_file, skip_blank=True)
     if not queries:
         raise CLIError("give at least one --query or a --query-file")
-    model, args.pooler = _recorded_model_and_pooler(Path(args.index) / TOOL_META_NAME, args.model, args.pooler)
-    from .index import INDEX_CONFIG_NAME
-
-    if not (Path(args.index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
-        raise CLIError(f"--index {args.index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
+    model, args.pooler = model_for_index(args.index, args.model, args.pooler)
     tool = _tool(args, model)
     tool.load_index(args.index)
     results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,
@@ -230,12 +235,35 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
     return model, pooler if pooler is not None else rec_pooler
 
 
+def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+    """(model, pooler) to query the index folder ``index`` with: the recorded ones unless given (see
+    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded.
+
+    Raises:
+        CLIError: no model given or recorded; a given model/pooler that differs from the recorded one;
+            ``index`` is not a saved index.
+    """
+    from .index import INDEX_CONFIG_NAME
+    from .tool import TOOL_META_NAME
+
+    model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
+    if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
+        raise CLIError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
+    return model, pooler
+
+
 def cmd_export(args) -> int:
     from .export import export_huggingface, export_sentence_transformers
     from .modeling import SimCSEModel
 
+    if args.quantize and args.format != "onnx":
+        raise CLIError(f"--quantize needs --format onnx (got --format {args.format})")
     model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler)
-    if args.format == "sentence-transformers":
+    if args.format == "onnx":
+        from .onnx import export_onnx
+
+        out = export_onnx(model, args.output, quantize=args.quantize)
+    elif args.format == "sentence-transformers":
         out = export_sentence_transformers(model, args.output, max_seq_length=args.max_length)
     else:
         out = export_huggingface(model, args.output)
@@ -275,9 +303,15 @@ def cmd_download(argv: list[str]) -> int:
     return download_main(argv)
 
 
+def cmd_serve(args) -> int:
+    from .serve import run
+
+    return run(args)
+
+
 # commands that parse their own arguments (and --help): everything after the name is handed over
 PASS_THROUGH = {"train": cmd_train, "evaluate": cmd_evaluate, "download": cmd_download}
-COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "export": cmd_export,
+COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "serve": cmd_serve, "export": cmd_export,
             "convert": cmd_convert}
 
 
@@ -293,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        for name in ("batch_size", "max_length", "chunk_size", "top_k"):
+        for name in ("batch_size", "max_length", "chunk_size", "top_k", "max_lines"):
             v = getattr(args, name, None)
             if v is not None and v < 1:
                 raise CLIError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")

@@ -84,8 +84,8 @@ def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
     assert len(evals) == 2 and "eval_avg_transfer" not in evals[0]  # during training: STS only
     final = json.loads((tmp_path / "o" / "simcse_results.json").read_text())["after"]
     tasks = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
-    assert all(0 <= final[f"eval_{t}"] <= 100 for t in tasks)
-    assert final["eval_avg_transfer"] == pytest.approx(sum(final[f"eval_{t}"] for t in tasks) / 7)
+    assert all(0 <= final[f"final_{t}"] <= 100 for t in tasks)
+    assert final["final_avg_transfer"] == pytest.approx(sum(final[f"final_{t}"] for t in tasks) / 7)
 
 
 def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt):

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
 TASK_SETS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
     "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],
@@ -53,8 +53,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also score the STS-B/SICK-R splits that are not reported (as SentEval does; slower)")
     p.add_argument("--seed", type=int, default=1111, help="transfer folds and classifier seed")
     p.add_argument("--kfold", type=int, default=None, help="transfer cross-validation folds (default: 10 in test mode, else 5)")
+    p.add_argument("--classifier", choices=["senteval", "sklearn"], default="senteval",
+                   help="transfer classifier: senteval = SentEval's PyTorch logistic regression with the reference "
+                        "evaluation.py settings of --mode (paper-comparable); sklearn = scikit-learn (faster, not comparable)")
     p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
+    p.add_argument("--update_card", action="store_true",
+                   help="write the STS-B / SICK-R Spearman of this run into the model folder's README.md (model card)")
     return p.parse_args(argv)
 
 
@@ -104,6 +109,7 @@ def main(argv=None) -> dict:
     """
     args = parse_args(argv)
     from simcse.evaluation import check_tasks, evaluate, format_tables, resolve_senteval_dir, table_values
+    from simcse.evaluation.tables import table_notes
 
     if not args.quiet:
         logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
@@ -113,6 +119,8 @@ def main(argv=None) -> dict:
         data_dir = resolve_senteval_dir(args.data_dir)
         check_model_path(args.model_name_or_path)
         check_output_json(args.output_json)
+        if args.update_card:
+            check_update_card(args, tasks)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
 
@@ -135,12 +143,19 @@ def main(argv=None) -> dict:
 
     try:
         results = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode, sts_splits="all" if args.sts_all_splits else None,
-                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs)
+                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs,
+                           classifier=args.classifier)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     seconds = time.perf_counter() - t0
-    print(format_tables(results, args.mode))
+    print(format_tables(results, args.mode, args.classifier))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {pooler}: {seconds:.1f} s (model load + encoding + scoring)")
+    if args.update_card:
+        from simcse.model_card import results_from_senteval, write_model_card
+
+        card = write_model_card(args.model_name_or_path, results=results_from_senteval(results))
+        print(f"updated the model card {card}" if card else
+              f"kept {Path(args.model_name_or_path) / 'README.md'}: it was not written by simcse")
     if args.output_json:
         out = {
             "model_name_or_path": args.model_name_or_path,
@@ -149,7 +164,9 @@ def main(argv=None) -> dict:
             "tasks": tasks,
             "data_dir": str(data_dir),
             "seconds": round(seconds, 2),
+            "classifier": args.classifier,
             "tables": table_values(results, args.mode),
+            "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
         Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +174,26 @@ def main(argv=None) -> dict:
             json.dump(out, f, indent=2, default=_json_default)
         print(f"wrote {args.output_json}")
     return results
+
+
+def check_update_card(args, tasks: list[str]) -> None:
+    """--update_card needs a local simcse folder, its own pooler and STS-B or SICK-R among the tasks.
+
+    Raises:
+        ValueError: naming what is missing.
+    """
+    from simcse.modeling import SimCSEModel
+    from simcse.model_card import RESULT_DATASETS
+
+    cfg = SimCSEModel.read_simcse_config(args.model_name_or_path) if Path(args.model_name_or_path).is_dir() else None
+    if cfg is None:
+        raise ValueError(f"--update_card needs a model folder saved by simcse (with simcse_config.json); "
+                         f"got {args.model_name_or_path!r}")
+    if args.pooler not in (None, cfg["pooler_type"]):
+        raise ValueError(f"--update_card with --pooler {args.pooler} would describe another model than the saved "
+                         f"one (pooler {cfg['pooler_type']}); drop --pooler")
+    if not set(tasks) & set(RESULT_DATASETS):
+        raise ValueError(f"--update_card records {sorted(RESULT_DATASETS)}; none of them is among the tasks {tasks}")
 
 
 def _json_default(x):
