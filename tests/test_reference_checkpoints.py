@@ -144,6 +144,10 @@ def test_published_ids_get_their_documented_pooler_and_nothing_else_does(tmp_pat
     plain = make_tiny_model(tmp_path / "plain", "bert")
     import transformers
 
+    import simcse.modeling as modeling
+
+    monkeypatch.setattr(modeling, "_check_hub_name", lambda *a, **k: None)  # no hub here: the ids are not cached
+    monkeypatch.setattr(modeling, "_hub_file", lambda *a, **k: None)
     real = transformers.AutoModel.from_pretrained, transformers.AutoTokenizer.from_pretrained
     monkeypatch.setattr(transformers.AutoModel, "from_pretrained", lambda name, **kw: real[0](str(plain), **kw))
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name, **kw: real[1](str(plain), **kw))
