@@ -471,7 +471,7 @@ class FaissIVFPQIndex(FaissIVFIndex):
         super()._add(x)
 
     def _search(self, q, k):
-        if self._refine is None:
+        if self._refine is None or self.refine_factor == 1:
             return self.index.search(q, k)
         scores_out, ids_out = [], []
         for s in range(0, len(q), 256):  # bounds the (b, refine_factor * k, dim) candidate block
