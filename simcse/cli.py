@@ -178,6 +178,8 @@ def cmd_encode(args) -> int:
         return cmd_encode_shards(args)
     if out.suffix != ".npy":
         raise CLIError(f"--output {args.output!r} must end in .npy (one array) or name a folder (shards)")
+    if args.shard_size is not None or args.dtype != "float32":
+        raise CLIError("--shard-size and --dtype apply to a folder --output (shards), not to a .npy file")
     sentences = _read_lines(args.input, args.skip_blank)
     tool = _tool(args, args.model)
     out.parent.mkdir(parents=True, exist_ok=True)
