@@ -17,8 +17,9 @@ IVF-PQ's float16 re-ranking copy lives on disk, memory-mapped, and is listed apa
 process, the growth of anonymous (non file-backed) memory when loading the index and searching, queries
 per second (all queries in one batch, ``--threads`` threads), and recall@10 against exact search.
 
-``--encode-check N`` also times encoding N lines (fp32) through today's ``simcse encode --output x.npy``
-and through the streaming shard path, alternating, 2 rounds (wall and process CPU time).
+``--encode-check N`` also times encoding N lines (fp32, 1 torch thread, the model loaded once) through the
+one-array ``simcse encode --output x.npy`` and through the streaming shard path ``--output DIR``,
+alternating, 2 rounds; the ratios (one-array time / streaming time, wall and process CPU) are printed.
 
 Last line::
 
@@ -212,7 +213,7 @@ def encode_check(args) -> dict:
     from simcse import cli
     from simcse.tool import SimCSE
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)  # one thread: steadier on a shared machine; both paths alike
     text = args.cache / f"encode_check_{args.encode_check}.txt"
     lines = (args.cache / f"wiki_{args.real + args.queries}.txt").read_text(encoding="utf-8").splitlines()
     text.write_text("\n".join(lines[: args.encode_check]) + "\n", encoding="utf-8")
