@@ -3,8 +3,9 @@
     simcse encode --model M --input corpus.txt --output emb/            # one process
     torchrun --nproc_per_node 4 -m simcse encode --model M --input corpus.txt --output emb/   # 4 ranks
 
-The corpus is read as a stream, one record per line (UTF-8; lines end at ``\\n``, a trailing ``\\r`` is
-dropped). Records ``k * shard_size .. (k + 1) * shard_size - 1`` go to shard ``k``: ``emb/shard-0000k.npy``
+The corpus is read as a stream, one record per line (UTF-8; lines end at ``\\n``; or CSV/TSV/JSONL
+records, :func:`simcse.inputs.sentence_rows`). Records ``k * shard_size .. (k + 1) * shard_size - 1`` go to
+shard ``k``: ``emb/shard-0000k.npy``
 (float32 or float16, ``(rows, H)``) plus a sidecar ``emb/shard-0000k.json`` with its row range, line range,
 the SHA-256 of the ``.npy`` file and the SHA-256 of the text it was encoded from. Each shard file is written
 under a temporary name and renamed, and its sidecar is renamed into place after it, so a shard with a
@@ -60,44 +61,38 @@ def is_shard_folder(path: str | os.PathLike) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- reading
-def iter_records(path: str | os.PathLike, skip_blank: bool = False) -> Iterator[tuple[int, str]]:
-    """``(line_number, text)`` for each record of a UTF-8 text file, 1-based line numbers.
-
-    Lines end at ``\\n`` only (a ``\\r`` or other separator inside a line stays in the text); the line
-    ending and a ``\\r`` before it are removed.
+def iter_records(path: str | os.PathLike, skip_blank: bool = False, column: str | None = None
+                 ) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` for each record of a sentence file (:func:`simcse.inputs.sentence_rows`: plain
+    text split only at ``\\n``, or ``.csv``/``.tsv``/``.jsonl`` with ``column``), 1-based line numbers.
 
     Raises:
-        ValueError: a line is not UTF-8 (the message gives file, line and byte), or a line is blank and
-            ``skip_blank`` is false.
+        ValueError: a line is not UTF-8 or not a valid record (the message gives file and line), or a record
+            is blank and ``skip_blank`` is false.
     """
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            raw = raw.rstrip(b"\n").rstrip(b"\r")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{n}: byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8; "
-                                 "expected a UTF-8 text file, one sentence per line") from None
-            if not text.strip():
-                if skip_blank:
-                    continue
-                raise ValueError(f"{path}:{n} is blank (pass --skip-blank / skip_blank=True to drop blank lines)")
-            yield n, text
+    from .inputs import sentence_rows
+
+    for n, text in sentence_rows(path, column):
+        if not text.strip():
+            if skip_blank:
+                continue
+            raise ValueError(f"{path}:{n} is blank (pass --skip-blank / skip_blank=True to drop blank lines)")
+        yield n, text
 
 
-def count_records(path: str | os.PathLike, skip_blank: bool = False) -> int:
+def count_records(path: str | os.PathLike, skip_blank: bool = False, column: str | None = None) -> int:
     """Number of records :func:`iter_records` yields; checks every line (same errors)."""
-    return sum(1 for _ in iter_records(path, skip_blank))
+    return sum(1 for _ in iter_records(path, skip_blank, column))
 
 
 def _text_hash() -> "hashlib._Hash":
     return hashlib.sha256()
 
 
-def _iter_shard_texts(path, skip_blank: bool, shard_size: int, keep: Callable[[int], bool]):
+def _iter_shard_texts(path, skip_blank: bool, column: str | None, shard_size: int, keep: Callable[[int], bool]):
     """Yield ``(k, first_line, last_line, text_sha256, texts or None)`` per shard; texts only where ``keep(k)``."""
     k, count, first, last, h, texts, want = 0, 0, None, None, _text_hash(), [], keep(0)
-    for n, text in iter_records(path, skip_blank):
+    for n, text in iter_records(path, skip_blank, column):
         if first is None:
             first = n
         last = n
@@ -201,6 +196,7 @@ def encode_to_shards(
     shard_size: int = DEFAULT_SHARD_SIZE,
     dtype: str = "float32",
     skip_blank: bool = False,
+    column: str | None = None,
     rank: int | None = None,
     world_size: int | None = None,
     log: Callable[[str], None] | None = None,
@@ -209,13 +205,14 @@ def encode_to_shards(
 
     Args:
         encode: ``list[str] -> float32 (n, H)``, deterministic (e.g. ``SimCSE.encode`` with fixed options).
-        input_path: UTF-8 text file, one sentence per line.
+        input_path: UTF-8 sentence file: text, one sentence per line, or ``.csv``/``.tsv``/``.jsonl``.
         output_dir: folder for the shards (created); may hold an interrupted run of the same settings.
         settings: what identifies the embeddings (model, pooler, normalize, max_length, ...); stored in
             the manifest and compared on resume. Must be JSON-serialisable.
         shard_size: records per shard (the last shard may be shorter).
         dtype: ``"float32"`` or ``"float16"`` for the stored arrays.
         skip_blank: drop blank lines (rows then follow the non-blank lines); otherwise a blank line is an error.
+        column: the sentence column/field of a ``.csv``/``.tsv``/``.jsonl`` input.
         rank, world_size: this process's share (default: ``RANK`` / ``WORLD_SIZE`` from the environment, else 0/1).
         log: called with one-line progress messages.
 
@@ -239,10 +236,10 @@ def encode_to_shards(
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
 
-    num_rows = count_records(src, skip_blank)  # validates every line first: a bad line costs no encoding
+    num_rows = count_records(src, skip_blank, column)  # validates every line first: a bad line costs no encoding
     run = {"format": FORMAT, "format_version": FORMAT_VERSION, **settings, "dtype": dtype, "shard_size": shard_size,
            "input": str(src.resolve()), "input_bytes": src.stat().st_size, "skip_blank": bool(skip_blank),
-           "num_rows": num_rows, "num_shards": math.ceil(num_rows / shard_size)}
+           "column": column, "num_rows": num_rows, "num_shards": math.ceil(num_rows / shard_size)}
     _check_run(folder, run)
 
     def done(k: int) -> dict | None:
@@ -252,7 +249,8 @@ def encode_to_shards(
     mine = lambda k: k % world == rank  # noqa: E731
     skipped = written = 0
     t0 = time.perf_counter()
-    for k, first, last, text_sha, texts in _iter_shard_texts(src, skip_blank, shard_size, lambda k: mine(k) and not done(k)):
+    for k, first, last, text_sha, texts in _iter_shard_texts(src, skip_blank, column, shard_size,
+                                                                lambda k: mine(k) and not done(k)):
         if not mine(k):
             continue
         old = done(k) if texts is None else None
@@ -360,8 +358,8 @@ class ShardSet:
             raise FileNotFoundError(f"{src} (the encoded corpus, named in {self.folder / MANIFEST_NAME}) is missing")
         shard_size = self.manifest["shard_size"]
         seen = 0
-        for k, first, last, text_sha, texts in _iter_shard_texts(src, self.manifest["skip_blank"], shard_size,
-                                                                 lambda k: True):
+        for k, first, last, text_sha, texts in _iter_shard_texts(src, self.manifest["skip_blank"],
+                                                                 self.manifest.get("column"), shard_size, lambda k: True):
             if k >= len(self.shards) or self.shards[k]["text_sha256"] != text_sha:
                 raise ValueError(f"{src} lines {first}-{last} differ from the text shard {k} was encoded from")
             seen += len(texts)
