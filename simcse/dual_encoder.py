@@ -72,7 +72,7 @@ class DualEncoderModel(nn.Module):
         for m in (self.first, self.second):
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Save ``first`` into ``save_directory`` and ``second`` into ``save_directory/second_encoder``."""
         self.first.save_pretrained(save_directory)
         self.second.save_pretrained(Path(save_directory) / SECOND_ENCODER_DIR)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask etc. keep working)
+from .dropout import (  # re-exported (see __all__): simcse.modeling.keep_mask etc. keep working
     DROPOUT_SUFFIXES,
     CPUDropout,
     cpu_dropout,
@@ -33,10 +33,16 @@ from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask et
     keep_mask,
     set_config_dropout,
 )
-from .pooling import MLPHead, get_pooler
+from .pooling import MLPHead, get_pooler, recorded_pooler
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SimCSEModel", "SIMCSE_CONFIG_NAME", "MLP_WEIGHTS_NAME", "FORMAT_VERSION", "UNPADDED_ATTENTION",
+    # re-exported from simcse.dropout (DualEncoderModel and SECOND_ENCODER_DIR: lazily, see __getattr__)
+    "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
+]
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
@@ -254,8 +260,8 @@ class SimCSEModel(nn.Module):
         """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
 
         On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
-        layers, LayerNorm and dropout cost the real tokens only (on wiki sentences cut at 32 tokens, about 75%
-        of the padded batch); attention runs per sentence. Outputs equal the padded forward up to float
+        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
+        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
@@ -472,7 +478,7 @@ class SimCSEModel(nn.Module):
             "hidden_size": self.hidden_size,
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
@@ -544,7 +550,8 @@ class SimCSEModel(nn.Module):
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, or a hub name.
 
         Args:
-            pooler_type: overrides the saved pooler; for a plain HF encoder it defaults to ``cls`` with a warning.
+            pooler_type: overrides the saved pooler; default: the saved one, else the one a sentence-transformers
+                folder's ``1_Pooling`` records (:func:`simcse.pooling.recorded_pooler`), else ``cls`` with a warning.
             mlp_only_train: overrides the saved flag (default False for a plain encoder).
             new_mlp_init: how a ``cls`` MLP absent from the folder starts: ``"encoder_pooler"`` copies the
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
@@ -566,6 +573,9 @@ class SimCSEModel(nn.Module):
         if pooler_type is None:
             if cfg is not None:
                 pooler_type = cfg["pooler_type"]
+            elif is_local and recorded_pooler(path) is not None:  # a sentence-transformers folder's pooling
+                pooler_type, source = recorded_pooler(path)
+                logger.info("%s: pooler_type=%r, read from %s", path, pooler_type, source)
             else:
                 pooler_type = "cls"
                 logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)

@@ -23,7 +23,7 @@ from transformers import Trainer
 
 from .distributed import all_gather_with_grad, world_info
 from .gradcache import cuda_devices_of, grad_cache_step, split_chunks
-from .losses import info_nce
+from .losses import info_nce, mlm_loss
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 _TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
@@ -189,13 +189,7 @@ class SimCSETrainer(Trainer):
         logits = self.accelerator.unwrap_model(model).mlm_logits(
             inputs["mlm_input_ids"].reshape(rows, -1), flat["attention_mask"], **mlm_kwargs
         )  # (rows, L, vocab)
-        mlm_labels = inputs["mlm_labels"].reshape(-1)
-        count = int((mlm_labels != -100).sum()) if n_masked is None else n_masked
-        if count == 0 or not (mlm_labels != -100).any():
-            return logits.sum() * 0.0
-        ce = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), mlm_labels,
-                                               ignore_index=-100, reduction="sum")
-        return ce / count
+        return mlm_loss(logits, inputs["mlm_labels"].reshape(rows, -1), n_masked=n_masked)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         z = self._embed(model, inputs)  # (B, V, H)
