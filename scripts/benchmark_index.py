@@ -245,12 +245,19 @@ def encode_check(args) -> dict:
 def kind_params(kind: str, args) -> tuple[dict, list]:
     """(build parameters, search settings to sweep) of one kind; the first setting, {}, is the defaults."""
     if kind == "ivfpq":
-        return {"m": args.pq_m}, [{}] + [{"nprobe": p, "refine_factor": r} for p in (16, 32, 64, 128) for r in (1, 10)]
+        return {"m": args.pq_m}, [{}] + [{"nprobe": p, "refine_factor": r} for p, r in args.ivfpq_settings]
     if kind == "ivf":
         return {}, [{}] + [{"nprobe": p} for p in (16, 32, 64)]
     if kind == "hnsw":
         return {}, [{}] + [{"ef_search": e} for e in (32, 128)]
     return {}, [{}]
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    try:
+        return [tuple(int(v) for v in x.split(":")) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected nprobe:refine_factor pairs such as 64:10,128:50, got {text!r}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -264,6 +271,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--cache", type=Path, default=REPO / "bench_cache", help="git-ignored folder for vectors")
     p.add_argument("--real-from", type=Path, default=None, help="use this shard folder as the real vectors")
     p.add_argument("--encode-check", type=int, default=0, help="also time N lines: today's encode vs streaming")
+    p.add_argument("--ivfpq-settings", type=_pairs, default=_pairs("16:1,16:10,32:1,32:10,64:1,64:10,128:1,128:10"),
+                   help="IVF-PQ search settings to measure besides the defaults, as nprobe:refine_factor pairs")
+    p.add_argument("--only-encode-check", action="store_true", help="run the --encode-check part alone")
+    p.add_argument("--reuse", action="store_true", help="reuse index folders and exact top-10 of an earlier run with "
+                   "the same --n/--real (build times are then not measured: printed as nan)")
     args = p.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     for k in kinds:
@@ -276,19 +288,33 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"n={args.n} real={args.real} queries={args.queries} kinds={kinds} threads={args.threads} "
           f"load_avg_1min={load:.2f}", flush=True)
 
+    if args.only_encode_check:
+        real_shards(args)  # the text file the check reads
+        ec = encode_check(args)
+        print(f"load_avg_1min at the end={os.getloadavg()[0]:.2f}")
+        print(f"encode_check n={args.encode_check} stream_encode_speed_vs_npy={ec['wall_ratio']:.3f} "
+              f"stream_encode_cpu_vs_npy={ec['cpu_ratio']:.3f}")
+        return {"encode_check": ec}
     real_dir = real_shards(args)
     base_dir, queries = write_base(args, real_dir)
-    qf, tf = args.cache / "queries.npy", args.cache / "truth.npy"
+    qf = args.cache / "queries.npy"
     np.save(qf, queries)
-    t0 = time.perf_counter()
-    np.save(tf, ground_truth(base_dir, queries, 10))
-    print(f"exact top-10 of {len(queries)} queries in {time.perf_counter() - t0:.1f} s", flush=True)
+    tf = base_dir / f"truth_q{len(queries)}.npy"
+    if not (args.reuse and tf.is_file()):
+        t0 = time.perf_counter()
+        np.save(tf, ground_truth(base_dir, queries, 10))
+        print(f"exact top-10 of {len(queries)} queries in {time.perf_counter() - t0:.1f} s", flush=True)
 
     res = {}
     for kind in kinds:
         params, sweep = kind_params(kind, args)
         out = args.cache / f"index_{kind}_n{args.n}"
-        b = run_worker("worker_build", args.threads, str(base_dir), kind, params, str(out))
+        if args.reuse and (out / "index_config.json").is_file():
+            b = {"build_s": float("nan"), "peak_rss": float("nan"),
+                 "config": json.loads((out / "index_config.json").read_text())}
+            print(f"{kind}: reusing {out} (built by an earlier run)", flush=True)
+        else:
+            b = run_worker("worker_build", args.threads, str(base_dir), kind, params, str(out))
         s = run_worker("worker_search", args.threads, str(out), str(qf), str(tf), 10, sweep)
         mem = (out / "index.faiss").stat().st_size if (out / "index.faiss").is_file() else (out / "vectors.npy").stat().st_size
         disk = (out / "refine.f16").stat().st_size if (out / "refine.f16").is_file() else 0
