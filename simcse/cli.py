@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "on disk), hnsw; default exact (ivf with --fast)")
     for flag, what in (("--nlist", "IVF clusters (default ~4*sqrt(N))"), ("--nprobe", "IVF clusters visited per query"),
                        ("--train-size", "IVF training vectors"), ("--pq-m", "IVF-PQ bytes per code (default H/8)"),
-                       ("--refine-factor", "IVF-PQ candidates re-ranked per result (1: none; default 10)"),
+                       ("--refine-factor", "IVF-PQ candidates re-ranked per result (1: none; default 50)"),
                        ("--hnsw-m", "HNSW neighbours per node (default 32)"),
                        ("--ef-search", "HNSW search list (default 64)")):
         i.add_argument(flag, type=int, default=None, help=what)

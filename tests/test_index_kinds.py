@@ -56,7 +56,7 @@ def test_ivfpq_save_load_roundtrip(data, tmp_path):
     s, i = ix.search(q, 5)
     ix.save(tmp_path / "pq")
     back = load_index(tmp_path / "pq")
-    assert isinstance(back, FaissIVFPQIndex) and (back.m, back.nprobe, back.refine_factor) == (8, 8, 10)
+    assert isinstance(back, FaissIVFPQIndex) and (back.m, back.nprobe, back.refine_factor) == (8, 8, 50)
     s2, i2 = back.search(q, 5)
     np.testing.assert_array_equal(i, i2)
     np.testing.assert_allclose(s, s2)
