@@ -1,12 +1,14 @@
-"""Export a :class:`SimCSEModel` to other libraries' folder layouts.
+"""Other libraries' folder layouts for a :class:`SimCSEModel`.
 
-* :func:`export_sentence_transformers`: a folder that ``sentence_transformers.SentenceTransformer(folder)``
-  loads and that encodes like our model (Transformer module in the folder root, ``1_Pooling``, and a
-  ``2_Dense`` Linear+Tanh module holding the ``cls`` MLP when the MLP is used at inference). The folder is
-  also a complete simcse folder, so ``SimCSE(folder)`` loads it too.
+* :func:`write_sentence_transformers_files`: the sentence-transformers modules (Transformer in the folder root,
+  ``1_Pooling``, and a ``2_Dense`` Linear+Tanh module holding the ``cls`` MLP when the MLP is used at inference)
+  that :meth:`SimCSEModel.save_pretrained` adds to every saved folder, so ``SentenceTransformer(folder)``
+  loads it and encodes like our model.
+* :func:`export_sentence_transformers`: save + those files with a chosen ``max_seq_length``.
 * :func:`export_huggingface`: a plain HF folder (``AutoModel.from_pretrained``) whose pooler holds the
   ``cls`` MLP, so ``outputs.pooler_output`` is the SimCSE ``cls`` embedding; what the reference project's
-  ``simcse_to_huggingface.py`` produced. It has no simcse files.
+  ``simcse_to_huggingface.py`` produced. It has no simcse or sentence-transformers files.
+* ONNX: :mod:`simcse.onnx`.
 
 sentence-transformers is not needed to export; the file formats written here are the ones its
 ``models.Transformer`` / ``models.Pooling`` / ``models.Dense`` modules read (checked in the tests with the
@@ -44,10 +46,8 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
                                  max_seq_length: int = 128) -> Path:
     """Write ``model`` as a sentence-transformers model folder; return the folder.
 
-    Modules: ``0`` Transformer (folder root), ``1`` Pooling (``cls`` for ``cls``/``cls_before_pooler``,
-    ``mean`` for ``avg``), and for ``cls`` with the MLP used at inference (``mlp_only_train=False``) ``2``
-    Dense(H, H, Tanh) with the MLP's weights. No Normalize module: like :meth:`SimCSEModel.encode` without
-    ``normalize``, embeddings are not unit length (cosine similarity is unaffected).
+    Every folder :meth:`SimCSEModel.save_pretrained` writes is already one (see
+    :func:`write_sentence_transformers_files`); this saves the model and sets ``max_seq_length``.
 
     Args:
         model: a :class:`SimCSEModel` or a folder it loads from.
@@ -57,8 +57,6 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     Raises:
         ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent.
     """
-    from safetensors.torch import save_file
-
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
         raise ValueError(
@@ -68,12 +66,35 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
     out = Path(output_dir)
-    model.save_pretrained(out)  # encoder + tokenizer in the root (the Transformer module) + simcse files
+    model.save_pretrained(out)  # encoder + tokenizer + simcse files + sentence-transformers modules
+    write_sentence_transformers_files(model, out, max_seq_length=max_seq_length)
+    return out
+
+
+def write_sentence_transformers_files(model: SimCSEModel, folder: str | os.PathLike, max_seq_length: int = 128) -> bool:
+    """Write the sentence-transformers module files into a saved model folder; True when ST can load it.
+
+    Modules: ``0`` Transformer (the folder root, written by :meth:`SimCSEModel.save_pretrained`), ``1`` Pooling
+    (``cls`` for ``cls``/``cls_before_pooler``, ``mean`` for ``avg``), and for ``cls`` with the MLP used at
+    inference (``mlp_only_train=False``) ``2`` Dense(H, H, Tanh) holding the MLP's weights. No Normalize module:
+    like :meth:`SimCSEModel.encode` without ``normalize``, embeddings are not unit length.
+
+    ``avg_top2`` / ``avg_first_last`` have no Pooling mode; their Pooling config names the pooler as its mode,
+    so ``SentenceTransformer(folder)`` stops with ``Invalid pooling mode: 'simcse pooler avg_top2 ...'``
+    rather than silently pooling differently (without ``modules.json`` it would fall back to mean pooling).
+    Returns False for them.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(folder)
     hidden = model.hidden_size
     (out / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": min(max_seq_length, model.max_input_tokens), "do_lower_case": False}, indent=2)
         + "\n")
-    mode = ST_POOLING_MODES[model.pooler_type]
+    supported = model.pooler_type in ST_POOLING_MODES
+    mode = ST_POOLING_MODES.get(model.pooler_type) or (
+        f"simcse pooler {model.pooler_type} (not expressible in sentence-transformers; load this folder with "
+        "simcse.SimCSE or transformers, see README.md)")
     pooling_dir = out / "1_Pooling"
     pooling_dir.mkdir(exist_ok=True)
     pooling_cfg = {
@@ -110,7 +131,10 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
         "default_prompt_name": None,
         "similarity_fn_name": "cosine",
     }, indent=2) + "\n")
-    return out
+    return supported
+
+
+ST_FILES = ("sentence_bert_config.json", "modules.json", "config_sentence_transformers.json", "1_Pooling", "2_Dense")
 
 
 def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
@@ -121,6 +145,13 @@ def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
             if key in st.keys():
                 return st.get_tensor(key)
     return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike) -> Path:
@@ -151,11 +182,12 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
                     "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
                     "sentence-transformers)"
                 )
-        for name in (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME):
-            (saved / name).unlink(missing_ok=True)
+        simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
+        for name in simcse_files + ("README.md", "simcse_training_args.json"):
+            _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
         out.mkdir(exist_ok=True)
-        for name in (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME):
-            (out / name).unlink(missing_ok=True)  # stale simcse files would override the plain folder
+        for name in simcse_files:
+            _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder
         for f in sorted(saved.iterdir()):
             dest = out / f.name
             if dest.is_dir():

@@ -77,6 +77,22 @@ def _check_model_dir(path: str) -> bool:
     return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
 
 
+_HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only", "force_download")
+
+
+def _hub_file(repo_id: str, filename: str, hf_kwargs: dict) -> Path | None:
+    """``filename`` of Hub model ``repo_id`` (downloaded, or from the Hub cache when offline), or None when the
+    repository (or, offline, its cached snapshot) has no such file. ``hf_kwargs``: the hub options of
+    :meth:`SimCSEModel.from_pretrained` (``cache_dir``, ``revision``, ``token``...)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo_id, filename, **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS}))
+    except EntryNotFoundError:  # remote: no such file; offline: not in the cached snapshot
+        return None
+
+
 def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     """Load ``AutoModel`` from ``path``; return (encoder, its detached pooler module or None).
 
@@ -479,7 +495,9 @@ class SimCSEModel(nn.Module):
         }
 
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
-        """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
+        """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
+        sentence-transformers module files (:func:`simcse.export.write_sentence_transformers_files`) and the
+        model card ``README.md`` (:func:`simcse.model_card.write_model_card`).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
         rename each, so an interrupted save never leaves a half-written weight file in place.
@@ -496,18 +514,24 @@ class SimCSEModel(nn.Module):
             if self.mlp is not None:
                 save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
             (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
+            from .export import write_sentence_transformers_files
+
+            write_sentence_transformers_files(self, tmp)  # the folder is a sentence-transformers folder too
             if not target.exists():
                 os.replace(tmp, target)
-                return
-            target.mkdir(exist_ok=True)
-            for f in sorted(tmp.rglob("*")):
-                dest = target / f.relative_to(tmp)
-                if f.is_dir():
-                    dest.mkdir(exist_ok=True)
-                else:
-                    os.replace(f, dest)
+            else:
+                target.mkdir(exist_ok=True)
+                for f in sorted(tmp.rglob("*")):
+                    dest = target / f.relative_to(tmp)
+                    if f.is_dir():
+                        dest.mkdir(exist_ok=True)
+                    else:
+                        os.replace(f, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        from .model_card import write_model_card
+
+        write_model_card(target, simcse_config=self.simcse_config())  # keeps results/training info already there
 
     def _save_encoder(self, folder: Path) -> None:
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
@@ -549,6 +573,9 @@ class SimCSEModel(nn.Module):
     ) -> "SimCSEModel":
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, or a hub name.
 
+        For a hub name, ``simcse_config.json`` and ``simcse_mlp.safetensors`` are read from the repository (or
+        the Hub cache offline) like the encoder, so a pushed model comes back with its pooler and MLP.
+
         Args:
             pooler_type: overrides the saved pooler; default: the saved one, else the one a sentence-transformers
                 folder's ``1_Pooling`` records (:func:`simcse.pooling.recorded_pooler`), else ``cls`` with a warning.
@@ -569,7 +596,8 @@ class SimCSEModel(nn.Module):
         if new_mlp_init not in ("encoder_pooler", "random"):
             raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
         is_local = _check_model_dir(path)
-        cfg = cls.read_simcse_config(path) if is_local else None
+        hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
+        cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
         if pooler_type is None:
             if cfg is not None:
                 pooler_type = cfg["pooler_type"]
@@ -584,10 +612,11 @@ class SimCSEModel(nn.Module):
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
         encoder, hf_pooler = _load_encoder(path, trust_remote_code=trust_remote_code, **hf_kwargs)
         hf_dense = _pooler_dense(hf_pooler)
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                  **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
         model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
         if model.mlp is not None:
-            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else None
+            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():
                 from safetensors.torch import load_file
 

@@ -242,6 +242,12 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.should_save:
         with open(f"{training_args.output_dir}/simcse_results.json", "w") as f:
             json.dump(results, f, indent=2)
+        from .model_card import card_after_training
+
+        card_after_training(training_args.output_dir, (model_args, data_args, training_args), results,
+                            model_name=training_args.hub_model_id if training_args.push_to_hub else None)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
     return results
 
 

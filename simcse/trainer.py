@@ -289,6 +289,14 @@ class SimCSETrainer(Trainer):
         with open(os.path.join(output_dir, "training_args.json"), "w") as f:
             f.write(self.args.to_json_string())
 
+    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
+        """Hook of ``Trainer.push_to_hub``: write simcse's card (:mod:`simcse.model_card`) instead of HF's."""
+        if not self.is_world_process_zero():
+            return
+        from .model_card import write_model_card
+
+        write_model_card(self.args.output_dir, model_name=self.args.hub_model_id or model_name)
+
     def _get_output_dir(self, trial) -> str:
         # While _save_checkpoint stages a checkpoint, HF's run folder is the staging folder (see there).
         staging = getattr(self, "_staging_run_dir", None)

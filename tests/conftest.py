@@ -89,6 +89,20 @@ def minilm_dir():
     return str(m.get_model_path())
 
 
+def perturbed_model(folder, pooler: str, mlp_only_train: bool = False, seed: int = 0):
+    """A SimCSEModel of ``folder`` with a random new MLP and every weight moved by N(0, 0.05): the tiny random
+    models' outputs spread out, so that a wrong pooler or a missing module shows in the embeddings."""
+    from simcse.modeling import SimCSEModel
+
+    m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
+                                    new_mlp_init="random")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return m
+
+
 def random_sentences(n: int, seed: int = 0) -> list[str]:
     """``n`` distinct random sentences over the tiny vocabulary (no duplicate negatives in a batch)."""
     import random

@@ -99,7 +99,7 @@ def no_weights_folder(ctx: Ctx) -> Path:
     folder = ctx.tmp / "no_weights"
     folder.mkdir()
     for f in ctx.model.iterdir():
-        if "safetensors" not in f.name:
+        if f.is_file() and "safetensors" not in f.name:
             shutil.copy(f, folder / f.name)
     return folder
 
