@@ -22,8 +22,11 @@ highest-scoring vocabulary entry that is neither a special token nor the origina
 token really changes. The MLM is the training checkpoint's own pre-trained MLM head, loaded once and never
 trained; a checkpoint without one (e.g. a sentence-transformers export such as all-MiniLM-L6-v2) is an error.
 
-All randomness comes from one ``random.Random(seed)`` held by the caller (the collator), so a run is
-reproducible with ``dataloader_num_workers=0``.
+In training, every draw is keyed by (seed, epoch, example): :class:`EpochKeyedSampler` hands each example's
+position ``epoch * n + row`` to :class:`KeyedDataset`, which puts it in the example as ``draw_key``, and
+:class:`AugmentingCollator` seeds the draws of each batch from its keys. So every epoch draws anew, and a
+run gives the same batches and the same augmentations with 0 or N DataLoader workers, persistent or not,
+and after a resume (HF Trainer sets the sampler's epoch).
 """
 from __future__ import annotations
 
@@ -38,8 +41,10 @@ WORD_AUGMENTATIONS = ("crop", "word_deletion", "delete_one_word")
 
 __all__ = [
     "AUGMENTATIONS", "crop", "word_deletion", "delete_one_word", "word_augmenter", "MLMReplacer",
-    "load_mlm_model", "AugmentingCollator",
+    "load_mlm_model", "AugmentingCollator", "EpochKeyedSampler", "KeyedDataset", "DRAW_KEY",
 ]
+
+DRAW_KEY = "draw_key"
 
 
 def _check_ratio(ratio: float, name: str) -> float:
@@ -190,10 +195,10 @@ class AugmentingCollator:
     Examples are mappings with a text column ``text_column``. View 0 is the tokenised sentence, view 1 the
     tokenised ``word_augment(sentence)`` (word-level) or ``token_augment(view-0 ids)`` (``mlm``). Tokenisation
     truncates to ``max_seq_length``; padding and the output keys are those of ``base``
-    (:class:`simcse.data.ContrastiveCollator`). ``seed`` seeds the one ``random.Random`` all draws come from
-    (inside a DataLoader worker, ``seed`` and the worker id, so workers do not repeat each other's draws;
-    a run is reproducible for a fixed ``dataloader_num_workers``). The ``mlm`` augmenter runs its model on
-    the CPU inside the collator.
+    (:class:`simcse.data.ContrastiveCollator`). Examples that carry a ``draw_key`` (from :class:`KeyedDataset`)
+    get their draws from ``random.Random`` seeded by ``seed`` and the batch's keys: the same whichever process
+    collates the batch. Without keys, draws come from one ``random.Random(seed)`` stream (inside a DataLoader
+    worker, ``seed`` and the worker id). The ``mlm`` augmenter runs its model on the CPU inside the collator.
 
     Raises:
         ValueError: neither or both of ``word_augment``/``token_augment`` given; an example without the
@@ -225,14 +230,58 @@ class AugmentingCollator:
         except KeyError:
             raise ValueError(f"AugmentingCollator needs a {self.text_column!r} text column; got keys "
                              f"{sorted(features[0]) if features else []}") from None
+        keys = [f.get(DRAW_KEY) for f in features]
+        keyed = all(k is not None for k in keys)
         tok = lambda xs: self.tokenizer(xs, truncation=True, max_length=self.max_seq_length)  # noqa: E731
         first = tok(texts)
         if self.word_augment is not None:
-            second = tok([self.word_augment(t, self.rng) for t in texts])
+            rngs = [random.Random(f"{self.seed}:{k}") for k in keys] if keyed else [self.rng] * len(texts)
+            second = tok([self.word_augment(t, r) for t, r in zip(texts, rngs)])
         else:
-            new_ids = self.token_augment(first["input_ids"], self.rng)
+            rng = random.Random(f"{self.seed}:{','.join(map(str, keys))}") if keyed else self.rng
+            new_ids = self.token_augment(first["input_ids"], rng)
             second = {k: [list(v) for v in first[k]] for k in first.keys()}
             second["input_ids"] = new_ids
-        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in first]
-        feats = [{k: [first[k][i], second[k][i]] for k in keys} for i in range(len(texts))]
+        names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in first]
+        feats = [{k: [first[k][i], second[k][i]] for k in names} for i in range(len(texts))]
         return self.base(feats)
+
+
+class EpochKeyedSampler(torch.utils.data.Sampler):
+    """Shuffled order of ``n`` examples, fresh each epoch, yielding keys ``epoch * n + row``.
+
+    The order of epoch ``e`` is ``torch.randperm(n)`` from a generator seeded with ``seed + e`` (as accelerate's
+    seedable sampler), so it depends on the seed and the epoch only. HF Trainer calls :meth:`set_epoch` before
+    each epoch, also when it resumes. Pair with :class:`KeyedDataset`, which maps a key back to its row.
+    """
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.seed, self.epoch = int(n), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        base = self.epoch * self.n
+        return iter((base + torch.randperm(self.n, generator=g)).tolist())
+
+
+class KeyedDataset(torch.utils.data.Dataset):
+    """A map-style dataset of ``n`` rows indexed by keys ``epoch * n + row``: row ``key % n`` with its key.
+
+    ``dataset[key]`` is ``{**rows[key % n], "draw_key": key}``, so a collator can seed its random draws from
+    the example and the epoch, wherever (in which DataLoader worker) it runs.
+    """
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: int) -> dict:
+        return {**self.rows[int(key) % len(self.rows)], DRAW_KEY: int(key)}

@@ -89,9 +89,10 @@ def _string_features(p: Path, sep: str):
 
     import datasets
 
+    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
     try:
         with _open_bytes(p) as f:
-            header = next(csv.reader([f.readline().decode("utf-8-sig")], delimiter=sep), [])
+            header = next(csv.reader([f.readline().decode("utf-8-sig")], delimiter=sep, quoting=quoting), [])
     except (UnicodeDecodeError, csv.Error, OSError):
         return None
     if not header or len(set(header)) != len(header) or not all(h.strip() for h in header):
@@ -109,7 +110,11 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
 
     * ``.txt``: one sentence per line -> column ``sent0``; blank lines are skipped and counted in the log.
     * ``.csv``: header with ``sent0,sent1`` (pairs) and optionally ``hard_neg`` (triplets); other columns are
-      ignored; rows with an empty cell in a used column are skipped and counted in the log.
+      ignored; rows with an empty cell in a used column are skipped and counted in the log. Standard CSV
+      quoting (RFC 4180: a field in double quotes may hold commas, newlines and ``""`` for a quote).
+    * ``.tsv``: the same header, tab-separated, read *without* quoting: every field is exactly the text
+      between two tabs (quotes are ordinary characters). A field cannot hold a tab or a newline; a row with
+      more fields than the header is an error naming its line.
     * ``neutral=True`` (paper Table 7, "contradiction + neutral"): the CSV must also have ``hard_neg`` and
       ``neutral`` columns; the neutral hypothesis becomes a fourth view, used as one more negative.
 
@@ -119,16 +124,19 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
         FileNotFoundError / ValueError: see :func:`check_train_file`; a CSV without ``sent0``/``sent1``;
         a file with no usable row; ``neutral=True`` with a .txt file or a CSV without ``hard_neg``/``neutral``.
     """
+    import csv
+
     import datasets
 
     p = check_train_file(path)
+    sep = None
     try:
         if p.suffix == ".txt":
             ds = datasets.load_dataset("text", data_files=str(p), split="train")
         else:
-            sep = "\t" if p.name.endswith(".tsv") else ","
+            sep, quoting = ("\t", csv.QUOTE_NONE) if p.name.endswith(".tsv") else (",", csv.QUOTE_MINIMAL)
             ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False,
-                                       features=_string_features(p, sep))
+                                       quoting=quoting, features=_string_features(p, sep))
     except (ValueError, UnicodeDecodeError, datasets.exceptions.DatasetGenerationError) as e:
         bad = _first_non_utf8_line(p)
         if bad is not None:
@@ -137,8 +145,9 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
         if p.suffix != ".txt" and _count_nonblank_lines(p) <= 1:
             raise ValueError(f"train_file {str(p)!r} has a header but no data rows") from e
         cause = e.__cause__ or e
+        tsv = " (in a .tsv file every tab separates two fields: a field cannot hold a tab)" if sep == "\t" else ""
         raise ValueError(f"train_file {str(p)!r} could not be read as {'UTF-8 text' if p.suffix == '.txt' else 'a CSV with a header'}: "
-                         f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}") from e
+                         f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}{tsv}") from e
     if len(ds) == 0:
         raise ValueError(f"train_file {str(p)!r} has a header but no data rows")
     if p.suffix == ".txt":

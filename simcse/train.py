@@ -101,6 +101,11 @@ def build(model_args, data_args, training_args):
                                                 neutral=data_args.neutral_as_negative)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
+    limit = model.max_input_tokens
+    if data_args.max_seq_length > limit:
+        raise SetupError(f"--max_seq_length {data_args.max_seq_length} is more than the {limit} tokens the model "
+                         f"{model_args.model_name_or_path!r} takes (its position table / tokenizer limit); "
+                         f"use --max_seq_length {limit} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
     if model_args.cpu_dropout:
@@ -125,6 +130,10 @@ def build(model_args, data_args, training_args):
     else:
         training_args.remove_unused_columns = False  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
+    if len(ds) < 2 and len(columns) < 3:
+        raise SetupError(f"train_file {data_args.train_file!r} gives 1 usable example; InfoNCE needs at least 2 "
+                         "(or a hard-negative column)")
+    _drop_one_row_last_batch(len(ds), len(columns), training_args)
     tok = model.tokenizer
     collator = ContrastiveCollator(
         pad_token_id=tok.pad_token_id or 0,
@@ -151,6 +160,10 @@ def build(model_args, data_args, training_args):
                                           seed=training_args.seed)
         logger.info("augmentation %s (ratio %g) on the positive view, dropout %s", augmentation,
                     model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
+    if augmentation != "none":
+        from .augment import KeyedDataset
+
+        ds = KeyedDataset(ds)  # draws keyed by (seed, epoch, example): see simcse.augment
     if model_args.two_encoders:
         model = DualEncoderModel(model)
     return SimCSETrainer(
@@ -166,6 +179,22 @@ def build(model_args, data_args, training_args):
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         fixed_dropout=model_args.fixed_dropout,
     )
+
+
+def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
+    """Drop the last batch of each epoch when it would hold a single example without a hard negative.
+
+    InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
+    dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
+    A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
+    """
+    per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
+    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
+        return
+    training_args.dataloader_drop_last = True
+    logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
+                   "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,
+                   n_rows - 1)
 
 
 def _corr(value) -> float:

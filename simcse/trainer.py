@@ -289,6 +289,19 @@ class SimCSETrainer(Trainer):
         del inputs
         return loss / ga_steps
 
+    # ------------------------------------------------------------------------------------------- data
+    def _get_train_sampler(self, train_dataset=None):
+        """HF's sampler, except for a :class:`simcse.augment.KeyedDataset` (augmentation runs): an
+        :class:`simcse.augment.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the
+        epoch into the DataLoader workers so augmentations are drawn anew each epoch, whatever the workers."""
+        from .augment import EpochKeyedSampler, KeyedDataset
+
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if isinstance(dataset, KeyedDataset):
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return EpochKeyedSampler(len(dataset), seed)
+        return super()._get_train_sampler(train_dataset)
+
     # ------------------------------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """STS-B dev and SICK-R dev Spearman of the current model (dropout off).
