@@ -24,10 +24,23 @@ from transformers import Trainer
 from .distributed import all_gather_with_grad, world_info
 from .gradcache import cuda_devices_of, grad_cache_step, split_chunks
 from .losses import info_nce
+from .storage import WriteError, writing
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 _TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 logger = logging.getLogger(__name__)
+
+
+def _any_rank(flag: bool) -> bool:
+    """``flag`` OR-ed over all processes of torch.distributed (just ``flag`` in a single process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
 
 
 @dataclass
@@ -361,14 +374,24 @@ class SimCSETrainer(Trainer):
                 shutil.rmtree(leftover, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         self._staging_run_dir = staging
+        needed = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())  # weights + AdamW moments
+        failure = None
         try:
-            super()._save_checkpoint(model, trial)
+            with writing(name, run_dir, needed=needed):
+                super()._save_checkpoint(model, trial)
+        except Exception as e:  # agreed on by every rank below, so none is left waiting for the others
+            failure = e
         except BaseException:
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)
             raise
         finally:
             self._staging_run_dir = None
+        if _any_rank(failure is not None):
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise failure or WriteError(None, f"could not write {name} to {run_dir!r}: another process failed to "
+                                              "write its part (see its error)", name, run_dir)
         # HF recorded the best checkpoint under the folder it saw (the staging one when this step is the best).
         recorded = self.state.best_model_checkpoint
         if recorded is not None and os.path.dirname(os.path.normpath(recorded)) == os.path.normpath(staging):
@@ -378,10 +401,10 @@ class SimCSETrainer(Trainer):
             staged, final = os.path.join(staging, name), os.path.join(run_dir, name)
             if recorded != self.state.best_model_checkpoint:
                 self.state.save_to_json(os.path.join(staged, _TRAINER_STATE_NAME))
-            if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
-                old = os.path.join(staging, "replaced")
-                os.replace(final, old)
-            os.replace(staged, final)
+            with writing(name, run_dir, needed=needed):
+                if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
+                    os.replace(final, os.path.join(staging, "replaced"))
+                os.replace(staged, final)
             shutil.rmtree(staging, ignore_errors=True)
             rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
