@@ -22,9 +22,9 @@ highest-scoring vocabulary entry that is neither a special token nor the origina
 token really changes. The MLM is the training checkpoint's own pre-trained MLM head, loaded once and never
 trained; a checkpoint without one (e.g. a sentence-transformers export such as all-MiniLM-L6-v2) is an error.
 
-In training, every draw is keyed by (seed, epoch, example): :class:`EpochKeyedSampler` hands each example's
-position ``epoch * n + row`` to :class:`KeyedDataset`, which puts it in the example as ``draw_key``, and
-:class:`AugmentingCollator` seeds the draws of each batch from its keys. So every epoch draws anew, and a
+In training, every draw is keyed by (seed, epoch, example): :class:`simcse.data.EpochKeyedSampler` hands each
+example's position ``epoch * n + row`` to :class:`simcse.data.KeyedDataset`, which puts it in the example as
+``draw_key``, and :class:`AugmentingCollator` seeds the draws of each batch from its keys. So every epoch draws anew, and a
 run gives the same batches and the same augmentations with 0 or N DataLoader workers, persistent or not,
 and after a resume (HF Trainer sets the sampler's epoch).
 """
@@ -36,15 +36,15 @@ from typing import Callable, Sequence
 
 import torch
 
+from .data import DRAW_KEY
+
 AUGMENTATIONS = ("none", "crop", "word_deletion", "delete_one_word", "mlm")
 WORD_AUGMENTATIONS = ("crop", "word_deletion", "delete_one_word")
 
 __all__ = [
     "AUGMENTATIONS", "crop", "word_deletion", "delete_one_word", "word_augmenter", "MLMReplacer",
-    "load_mlm_model", "AugmentingCollator", "EpochKeyedSampler", "KeyedDataset", "DRAW_KEY",
+    "load_mlm_model", "AugmentingCollator",
 ]
-
-DRAW_KEY = "draw_key"
 
 
 def _check_ratio(ratio: float, name: str) -> float:
@@ -246,42 +246,3 @@ class AugmentingCollator:
         feats = [{k: [first[k][i], second[k][i]] for k in names} for i in range(len(texts))]
         return self.base(feats)
 
-
-class EpochKeyedSampler(torch.utils.data.Sampler):
-    """Shuffled order of ``n`` examples, fresh each epoch, yielding keys ``epoch * n + row``.
-
-    The order of epoch ``e`` is ``torch.randperm(n)`` from a generator seeded with ``seed + e`` (as accelerate's
-    seedable sampler), so it depends on the seed and the epoch only. HF Trainer calls :meth:`set_epoch` before
-    each epoch, also when it resumes. Pair with :class:`KeyedDataset`, which maps a key back to its row.
-    """
-
-    def __init__(self, n: int, seed: int = 0):
-        self.n, self.seed, self.epoch = int(n), int(seed), 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
-        base = self.epoch * self.n
-        return iter((base + torch.randperm(self.n, generator=g)).tolist())
-
-
-class KeyedDataset(torch.utils.data.Dataset):
-    """A map-style dataset of ``n`` rows indexed by keys ``epoch * n + row``: row ``key % n`` with its key.
-
-    ``dataset[key]`` is ``{**rows[key % n], "draw_key": key}``, so a collator can seed its random draws from
-    the example and the epoch, wherever (in which DataLoader worker) it runs.
-    """
-
-    def __init__(self, rows):
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, key: int) -> dict:
-        return {**self.rows[int(key) % len(self.rows)], DRAW_KEY: int(key)}

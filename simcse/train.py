@@ -145,6 +145,7 @@ def build(model_args, data_args, training_args):
         mask_token_id=tok.mask_token_id,
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
+        seed=training_args.seed,
     )
     if augmentation != "none":
         from .augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
@@ -162,10 +163,11 @@ def build(model_args, data_args, training_args):
                                           seed=training_args.seed)
         logger.info("augmentation %s (ratio %g) on the positive view, dropout %s", augmentation,
                     model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
-    if augmentation != "none":
-        from .augment import KeyedDataset
+    if augmentation != "none" or model_args.do_mlm:
+        from .data import KeyedDataset
 
-        ds = KeyedDataset(ds)  # draws keyed by (seed, epoch, example): see simcse.augment
+        ds = KeyedDataset(ds)  # augmentation / MLM masks keyed by (seed, epoch, example): see simcse.data
+        training_args.remove_unused_columns = False  # the collator reads the draw keys
     if model_args.two_encoders:
         model = DualEncoderModel(model)
     signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)

@@ -31,6 +31,20 @@ _TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE
 logger = logging.getLogger(__name__)
 
 
+MLM_HEAD_NAME = "mlm_head.safetensors"  # the --do_mlm head's own weights, in checkpoints (for exact resumes)
+
+
+def _own_mlm_head_weights(model) -> dict[str, torch.Tensor]:
+    """The MLM head's parameters and buffers, without those shared with the encoder (the tied decoder)."""
+    head = getattr(model, "mlm_head", None)
+    if head is None:
+        return {}
+    shared = {id(p) for p in model.encoder.parameters()}
+    own = {k: t for k, t in head.named_parameters() if id(t) not in shared}
+    own.update(head.named_buffers())
+    return {k: t.detach().contiguous().cpu() for k, t in own.items()}
+
+
 def _any_rank(flag: bool) -> bool:
     """``flag`` OR-ed over all processes of torch.distributed (just ``flag`` in a single process)."""
     import torch.distributed as dist
@@ -304,10 +318,11 @@ class SimCSETrainer(Trainer):
 
     # ------------------------------------------------------------------------------------------- data
     def _get_train_sampler(self, train_dataset=None):
-        """HF's sampler, except for a :class:`simcse.augment.KeyedDataset` (augmentation runs): an
-        :class:`simcse.augment.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the
-        epoch into the DataLoader workers so augmentations are drawn anew each epoch, whatever the workers."""
-        from .augment import EpochKeyedSampler, KeyedDataset
+        """HF's sampler, except for a :class:`simcse.data.KeyedDataset` (augmentation and MLM runs): an
+        :class:`simcse.data.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the
+        epoch into the DataLoader workers, so random draws in the collator are new each epoch and the same
+        whatever the workers, and after a resume."""
+        from .data import EpochKeyedSampler, KeyedDataset
 
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if isinstance(dataset, KeyedDataset):
@@ -343,7 +358,13 @@ class SimCSETrainer(Trainer):
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
             return
-        self.accelerator.unwrap_model(self.model).save_pretrained(output_dir)
+        model = self.accelerator.unwrap_model(self.model)
+        model.save_pretrained(output_dir)
+        head = _own_mlm_head_weights(model)
+        if head:  # a --do_mlm run resumes with its trained head, not the pre-trained one
+            from safetensors.torch import save_file
+
+            save_file(head, os.path.join(output_dir, MLM_HEAD_NAME))
         with open(os.path.join(output_dir, "training_args.json"), "w") as f:
             f.write(self.args.to_json_string())
 
@@ -420,7 +441,13 @@ class SimCSETrainer(Trainer):
         if not any(os.path.isfile(os.path.join(resume_from_checkpoint, f)) for f in ("optimizer.pt", "optimizer.bin")):
             logger.warning("%s has no optimizer state (saved with save_only_model?): the optimizer restarts from "
                            "scratch and the resumed run will differ from an uninterrupted one", resume_from_checkpoint)
-        (model if model is not None else self.model).load_weights(resume_from_checkpoint)
+        model = model if model is not None else self.model
+        model.load_weights(resume_from_checkpoint)
+        head_file = os.path.join(resume_from_checkpoint, MLM_HEAD_NAME)
+        if getattr(model, "mlm_head", None) is not None and os.path.isfile(head_file):
+            from safetensors.torch import load_file
+
+            model.mlm_head.load_state_dict(load_file(head_file), strict=False)  # tied decoder weight: the encoder's
 
     def _load_best_model(self) -> None:
         self.accelerator.unwrap_model(self.model).load_weights(self.state.best_model_checkpoint)
