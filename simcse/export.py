@@ -56,9 +56,9 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
 
     Raises:
         ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent.
+        simcse.storage.WriteError: disk full, file size limit, read-only or failing storage (files are written
+            into a temporary sibling folder first: ``output_dir`` is left as it was).
     """
-    from safetensors.torch import save_file
-
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
         raise ValueError(
@@ -67,7 +67,19 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
         )
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
+    from .storage import atomic_folder
+
     out = Path(output_dir)
+    with atomic_folder(out, "the sentence-transformers export") as tmp:  # whole or not at all
+        _write_sentence_transformers(model, tmp, max_seq_length)
+    if not _mlp_at_inference(model) and (out / "2_Dense").exists():
+        shutil.rmtree(out / "2_Dense")  # a stale Dense module from an earlier export would be loaded
+    return out
+
+
+def _write_sentence_transformers(model: SimCSEModel, out: Path, max_seq_length: int) -> None:
+    from safetensors.torch import save_file
+
     model.save_pretrained(out)  # encoder + tokenizer in the root (the Transformer module) + simcse files
     hidden = model.hidden_size
     (out / "sentence_bert_config.json").write_text(
@@ -99,8 +111,6 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
         save_file({k: v.detach().float().contiguous().cpu() for k, v in weights.items()},
                   str(dense_dir / "model.safetensors"))
         modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
-    elif dense_dir.exists():
-        shutil.rmtree(dense_dir)  # a stale Dense module from an earlier export would be loaded
     (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
     import transformers
 
@@ -110,7 +120,6 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
         "default_prompt_name": None,
         "similarity_fn_name": "cosine",
     }, indent=2) + "\n")
-    return out
 
 
 def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
@@ -136,8 +145,16 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
         ValueError: the ``cls`` MLP is used at inference but the encoder has no pooler of shape (H, H) to
             hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`.
     """
+    from .storage import writing
+
     model = _as_model(model)
     out = Path(output_dir)
+    with writing("the Hugging Face export", out.parent):
+        _write_huggingface(model, out)
+    return out
+
+
+def _write_huggingface(model: SimCSEModel, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -163,4 +180,3 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
             os.replace(f, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out

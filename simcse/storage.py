@@ -149,3 +149,36 @@ def write_text_atomic(path: str | os.PathLike, text: str, what: str | None = Non
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextmanager
+def atomic_folder(target: str | os.PathLike, what: str, needed: int | None = None):
+    """Yield a temporary sibling folder to write ``target``'s files into; on success they replace ``target``'s.
+
+    A new ``target`` appears by one rename; into an existing one each file is moved by its own rename (files of
+    other names are kept). On any failure the temporary folder is removed and ``target`` is untouched; write
+    failures raise :class:`WriteError` naming ``what``. ``needed`` (bytes) is checked first with
+    :func:`check_room`.
+    """
+    import shutil
+    import tempfile
+
+    target = Path(target)
+    with writing(what, target.parent if target.parent.exists() else target, needed):
+        if needed:
+            check_room(target, needed, what)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            yield tmp
+            if not target.exists():
+                os.replace(tmp, target)
+                return
+            for f in sorted(tmp.rglob("*")):
+                dest = target / f.relative_to(tmp)
+                if f.is_dir():
+                    dest.mkdir(exist_ok=True)
+                else:
+                    os.replace(f, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

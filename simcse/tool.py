@@ -362,22 +362,30 @@ class SimCSE:
         """Write the index, the sentences (``sentences.jsonl``, one JSON string a line) and a small
         ``simcse_index.json`` (model path, pooler, hidden size) into ``folder``.
 
+        The files are written into a temporary sibling folder first and moved in by renames, so a failed save
+        leaves ``folder`` as it was.
+
         Raises:
             RuntimeError: there is no index.
+            simcse.storage.WriteError: disk full, file size limit, read-only or failing storage (one line
+                naming the folder and the space needed vs free).
         """
         if self.index is None:
             raise RuntimeError("no index to save: call build_index(...) first")
-        folder = Path(folder)
-        self.index.save(folder)
-        with open(folder / SENTENCES_NAME, "w", encoding="utf-8") as f:
-            for s in self.sentences:
-                f.write(json.dumps(s, ensure_ascii=False) + "\n")
+        from .storage import atomic_folder
+
         model_ref = self.model_name_or_path
         if model_ref and Path(model_ref).exists():
             model_ref = str(Path(model_ref).resolve())
         meta = {"model_name_or_path": model_ref, "pooler": self.pooler, "hidden_size": self.hidden_size,
                 "num_sentences": len(self.sentences)}
-        (folder / TOOL_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+        needed = 4 * self.index.ntotal * self.index.dim + sum(len(s.encode()) + 8 for s in self.sentences)
+        with atomic_folder(folder, "the index", needed) as tmp:  # whole or not at all; disk-full named
+            self.index.save(tmp)
+            with open(tmp / SENTENCES_NAME, "w", encoding="utf-8") as f:
+                for s in self.sentences:
+                    f.write(json.dumps(s, ensure_ascii=False) + "\n")
+            (tmp / TOOL_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
 
     def load_index(self, folder: str | os.PathLike) -> None:
         """Load an index written by :meth:`save_index`.
