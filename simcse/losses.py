@@ -24,27 +24,31 @@ def cosine_logits(z1: torch.Tensor, z2: torch.Tensor, temp: float) -> torch.Tens
 def info_nce(
     z1: torch.Tensor,
     z2: torch.Tensor,
-    z3: torch.Tensor | None = None,
-    *,
+    *negatives: torch.Tensor | None,
     temp: float = 0.05,
     hard_negative_weight: float = 1.0,
     labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """SimCSE's InfoNCE loss with in-batch negatives and optional hard negatives.
+    """SimCSE's InfoNCE loss with in-batch negatives and any number of negative sets.
 
-    For query i with positive ``labels[i]`` (default i):
+    For query i with positive ``labels[i]`` (default i), negative sets ``z3 = negatives[0]`` and
+    ``e = negatives[1:]``:
 
         l_i = -log  e^{sim(z1_i, z2_{p_i})/temp}
-                    / ( sum_j e^{sim(z1_i, z2_j)/temp} + sum_j alpha^{[j = p_i]} e^{sim(z1_i, z3_j)/temp} )
+                    / ( sum_j e^{sim(z1_i, z2_j)/temp} + sum_j alpha^{[j = p_i]} e^{sim(z1_i, z3_j)/temp}
+                        + sum_e sum_j e^{sim(z1_i, e_j)/temp} )
 
-    which is Eq. 1/4 of the paper without ``z3`` and Eq. 5 with it (``alpha = hard_negative_weight``);
-    ``sim`` is cosine similarity. Returns the mean over queries, a float32 scalar.
+    which is Eq. 1/4 of the paper without negatives and Eq. 5 with one set (``alpha = hard_negative_weight``,
+    applied to the first set only); further sets (e.g. the neutral hypotheses of paper Table 7) append their
+    logits to the denominator with weight 1. ``sim`` is cosine similarity. Returns the mean over queries, a
+    float32 scalar.
 
     Args:
         z1: (B, H) queries (first dropout view, or premises). Any float dtype.
         z2: (M, H) keys holding the positives (second view / entailment); M >= B when keys were gathered
             from other devices.
-        z3: optional (M, H) hard negatives (contradictions), aligned with ``z2``.
+        negatives: zero or more (M, H) negative sets aligned with ``z2``; the first is the hard negatives
+            (contradictions). A trailing ``None`` is ignored (``info_nce(z1, z2, None)`` == ``info_nce(z1, z2)``).
         temp: temperature tau > 0 (paper: 0.05).
         hard_negative_weight: alpha >= 0, a *multiplicative* weight on each query's own hard negative
             (Eq. 5; alpha = 1 is the paper's Table 7 setting). The reference code's argument of the same
@@ -53,36 +57,42 @@ def info_nce(
         labels: optional (B,) int64 column of each query's positive in ``z2`` (default ``arange(B)``).
 
     Raises:
-        ValueError: bad shapes, ``temp <= 0``, ``hard_negative_weight < 0``, or a batch with a single
-            sentence and no hard negative (the loss would be identically 0: nothing to contrast).
+        ValueError: bad shapes, a ``None`` before a negative set, ``temp <= 0``, ``hard_negative_weight < 0``,
+            or a batch with a single sentence and no negative set (the loss would be identically 0: nothing
+            to contrast).
     """
+    negs = list(negatives)
+    while negs and negs[-1] is None:
+        negs.pop()
     if not temp > 0 or not math.isfinite(temp):
         raise ValueError(f"temp must be a finite number > 0, got {temp!r}")
     if not hard_negative_weight >= 0:
         raise ValueError(f"hard_negative_weight (alpha) must be >= 0, got {hard_negative_weight!r}")
     if z1.dim() != 2 or z2.dim() != 2 or z1.shape[1] != z2.shape[1]:
         raise ValueError(f"z1 and z2 must be (B, H) and (M, H); got {tuple(z1.shape)} and {tuple(z2.shape)}")
-    if z3 is not None and z3.shape != z2.shape:
-        raise ValueError(f"z3 must have the shape of z2 {tuple(z2.shape)}; got {tuple(z3.shape)}")
+    for k, neg in enumerate(negs):
+        if neg is None or neg.shape != z2.shape:
+            got = None if neg is None else tuple(neg.shape)
+            raise ValueError(f"negative set {k} (z{k + 3}) must have the shape of z2 {tuple(z2.shape)}; got {got}")
     batch = z1.shape[0]
     if labels is None:
         if z2.shape[0] < batch:
             raise ValueError(f"z2 has {z2.shape[0]} rows, fewer than the {batch} queries in z1")
         labels = torch.arange(batch, device=z1.device)
-    if z2.shape[0] < 2 and z3 is None:
+    if z2.shape[0] < 2 and not negs:
         raise ValueError(
             "InfoNCE needs at least 2 sentences per batch (in-batch negatives); got 1. "
             "Use per_device_train_batch_size >= 2."
         )
 
-    logits = cosine_logits(z1, z2, temp)  # (B, M) float32
-    if z3 is not None:
-        hard = cosine_logits(z1, z3, temp)  # (B, M) float32
-        if hard_negative_weight != 1.0:
+    logits = [cosine_logits(z1, z2, temp)]  # (B, M) float32
+    for k, neg in enumerate(negs):
+        sim = cosine_logits(z1, neg, temp)  # (B, M) float32
+        if k == 0 and hard_negative_weight != 1.0:
             # alpha multiplies exp(logit) of the own hard negative only: add log(alpha) to that logit.
             log_alpha = math.log(hard_negative_weight) if hard_negative_weight > 0 else float("-inf")
-            bonus = torch.zeros_like(hard)
-            bonus[torch.arange(batch, device=hard.device), labels] = log_alpha
-            hard = hard + bonus
-        logits = torch.cat([logits, hard], dim=1)  # (B, 2M)
-    return F.cross_entropy(logits, labels)
+            bonus = torch.zeros_like(sim)
+            bonus[torch.arange(batch, device=sim.device), labels] = log_alpha
+            sim = sim + bonus
+        logits.append(sim)
+    return F.cross_entropy(torch.cat(logits, dim=1), labels)  # logits (B, (1 + len(negs)) * M)

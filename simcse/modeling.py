@@ -7,12 +7,15 @@ A saved SimCSE model is a plain HF encoder folder plus two small files::
     simcse_mlp.safetensors                             # the MLP head (only for pooler_type "cls")
 
 so loading never guesses the pooler from the model's name (the reference's tool did).
+
+Related concepts live in their own modules and are re-exported here for old imports: the padding-free forward
+(:mod:`simcse.unpadded`), CPU dropout masks and config dropout (:mod:`simcse.dropout`) and the two-encoder
+ablation model (:mod:`simcse.dual_encoder`).
 """
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -22,7 +25,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask etc. keep working)
+    DROPOUT_SUFFIXES,
+    CPUDropout,
+    cpu_dropout,
+    encoder_config_with_dropout,
+    keep_mask,
+    set_config_dropout,
+)
 from .pooling import MLPHead, get_pooler
+from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +42,15 @@ SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
 FORMAT_VERSION = 1
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def __getattr__(name: str):
+    """Lazy re-export of :mod:`simcse.dual_encoder` (which imports this module) for ``from simcse.modeling import ...``."""
+    if name in ("DualEncoderModel", "SECOND_ENCODER_DIR"):
+        from . import dual_encoder
+
+        return getattr(dual_encoder, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_model_dir(path: str) -> bool:
@@ -102,179 +123,6 @@ def _check_tokenizer_fits(tokenizer, encoder) -> None:
 def _pooler_dense(hf_pooler) -> nn.Linear | None:
     dense = getattr(hf_pooler, "dense", None)
     return dense if isinstance(dense, nn.Linear) else None
-
-
-# ----------------------------------------------------------------------------- padding-free encoder forward
-UNPADDED_ATTENTION = "simcse_unpadded_sdpa"
-_LAYOUT_KWARG = "simcse_unpadded_layout"
-
-
-def _unpadded_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                   **kwargs):
-    """Attention function registered with transformers as :data:`UNPADDED_ATTENTION`.
-
-    Called by the encoder's attention layers with packed ``query``/``key``/``value`` of shape (1, heads, T, d),
-    where T is the number of real (non-padding) tokens of the batch, and the layout of :func:`_attention_buckets`
-    in the keyword :data:`_LAYOUT_KWARG`. The sentences are attended bucket by bucket: the rows of a bucket
-    (sentences of similar length) are gathered into (R, heads, W, d) with W the bucket's longest sentence,
-    attended with a key-padding mask and attention dropout ``dropout`` (:func:`_attention_core`), and their real
-    tokens put back in packed order: returns ``((1, T, heads, d), None)``. Attention thus costs about
-    sum_b R_b * W_b^2 instead of N * L^2, and every other layer of the encoder runs on T tokens instead of N*L.
-    Without the layout keyword (a padded call, e.g. the MLM head's) it is transformers' own SDPA attention.
-    """
-    layout = kwargs.pop(_LAYOUT_KWARG, None)
-    if layout is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    buckets, restore = layout
-    heads = query.shape[1]
-    if key.shape[1] != heads:  # grouped-query attention: one key/value head per group
-        key = key.repeat_interleave(heads // key.shape[1], dim=1)
-        value = value.repeat_interleave(heads // value.shape[1], dim=1)
-    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, h, d) each
-    fast_dropout = any(isinstance(m, CPUDropout) for m in module.children())  # set_cpu_dropout is on
-    outs = []
-    for gather, rows, width, key_mask, real in buckets:
-        def pad(x):  # (T, h, d) -> (R, h, W, d); padding slots hold some real token, masked out as keys
-            return x.index_select(0, gather).view(rows, width, *x.shape[1:]).transpose(1, 2)
-
-        out = _attention_core(pad(q), pad(k), pad(v), key_mask, dropout, scaling, fast_dropout)  # (R, h, W, d)
-        outs.append(out.transpose(1, 2).reshape(rows * width, heads, -1).index_select(0, real))  # (T_b, h, d)
-    out = torch.cat(outs).index_select(0, restore)  # (T, h, d) in packed order
-    return out.unsqueeze(0), None
-
-
-def _attention_buckets(keep: torch.Tensor, max_buckets: int = 4) -> tuple[list[tuple], torch.Tensor]:
-    """Group the rows of a (N, L) bool keep-mask into at most ``max_buckets`` buckets of similar length.
-
-    Rows are sorted by their number of real tokens (descending) and cut into equal-sized groups; each group is
-    padded to its own longest row only. Real tokens are numbered in packed (row-major) order, 0..T-1, as
-    :meth:`SimCSEModel._encode_unpadded` packs them. Returns ``(buckets, restore)``: per bucket
-    ``(gather (R*W,) int64 packed index per slot, R, W, key_mask (R, 1, 1, W) bool, real (T_b,) int64 slots
-    holding real tokens)``, and ``restore`` (T,) int64 such that the buckets' real-slot outputs, concatenated,
-    indexed by ``restore`` are back in packed order.
-    """
-    lengths = keep.sum(dim=1)  # (N,)
-    total = int(lengths.sum())
-    offsets = torch.cumsum(lengths, 0) - lengths  # packed index of each row's first token
-    order = torch.argsort(lengths, descending=True, stable=True)
-    n = order.numel()
-    k = max(1, min(max_buckets, n))
-    bounds = [round(i * n / k) for i in range(k + 1)]
-    buckets, produced = [], []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        rows = order[a:b]
-        lens = lengths[rows]
-        width = int(lens.max()) if rows.numel() else 0
-        if width == 0:
-            continue  # only empty rows: no token to attend
-        pos = torch.arange(width, device=keep.device)
-        valid = pos[None, :] < lens[:, None]  # (R, W)
-        gather = (offsets[rows][:, None] + torch.where(valid, pos[None, :], 0)).clamp_(max=max(total - 1, 0))
-        real = valid.reshape(-1).nonzero().squeeze(1)
-        buckets.append((gather.reshape(-1), rows.numel(), width, valid[:, None, None, :], real))
-        produced.append(gather.reshape(-1)[real])
-    packed = torch.cat(produced) if produced else torch.zeros(0, dtype=torch.long, device=keep.device)
-    restore = torch.empty_like(packed)
-    restore[packed] = torch.arange(packed.numel(), device=keep.device)
-    return buckets, restore
-
-
-def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
-    """A CPU dropout keep-mask drawn at half the random-number cost of ``torch.bernoulli``.
-
-    Each 32-bit draw of the (Mersenne-twister, single-threaded) CPU generator is split into two 16-bit uniform
-    integers; an element is kept when its integer is at least ``round(p * 65536)`` (counted from the bottom of
-    the int16 range). Returns ``(mask, keep_scale)``: ``mask`` bool of ``shape``, ``keep_scale`` the inverted-dropout
-    factor ``1 / P(keep)`` for the quantised probability. The drop probability is ``round(p * 65536) / 65536``
-    (p = 0.1 -> 0.1000061), so the masks follow the same Bernoulli law as ``torch.nn.functional.dropout`` up
-    to that rounding; the stream of random numbers differs (the outputs are equal in distribution, not
-    bitwise). Reproducible under ``torch.manual_seed`` / HF ``set_seed`` (it draws from ``generator`` or the
-    default CPU generator, whose state HF checkpoints save).
-
-    Raises:
-        ValueError: ``p`` outside [0, 1).
-    """
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability p must be in [0, 1); got {p}")
-    n = math.prod(int(d) for d in shape)
-    threshold = round(p * 65536)
-    words = torch.empty((n + 1) // 2, dtype=torch.int32).random_(-2**31, 2**31, generator=generator)
-    mask = words.view(torch.int16)[:n].view(shape) >= (threshold - 32768)
-    return mask, 65536.0 / (65536 - threshold)
-
-
-def cpu_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Inverted dropout of ``x`` (any shape, float dtype) with a :func:`keep_mask` mask; training mode only.
-
-    Same law as ``torch.nn.functional.dropout(x, p, training=True)`` (see :func:`keep_mask` for the rounding of
-    ``p``), about half its cost on CPU where mask drawing dominates (docs/performance.md). Off CPU it *is*
-    ``torch.nn.functional.dropout``.
-    """
-    if p == 0.0:
-        return x
-    if x.device.type != "cpu":
-        return torch.nn.functional.dropout(x, p=p, training=True)
-    mask, scale = keep_mask(x.shape, p)
-    return x * mask.to(x.dtype).mul_(scale)
-
-
-class CPUDropout(nn.Dropout):
-    """``nn.Dropout`` whose training-mode CPU forward is :func:`cpu_dropout` (eval mode: identity, as before).
-
-    :meth:`SimCSEModel.set_cpu_dropout` swaps the class of the encoder's ``nn.Dropout`` modules to this one (same
-    ``p``, no parameters, so checkpoints are unaffected) and back.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or x.device.type != "cpu":
-            return super().forward(x)
-        return cpu_dropout(x, self.p)
-
-
-def _attention_core(query, key, value, key_mask, dropout: float, scaling: float | None, fast_dropout: bool = False):
-    """softmax(q k^T * scaling, keys masked by ``key_mask``) -> dropout -> @ v, for (N, h, L, d) tensors.
-
-    On CPU with dropout, plain matmul / softmax / dropout (as transformers' eager attention): torch's SDPA
-    has no fused CPU kernel with dropout, and its fallback spends more on mask handling (measured ~10% of a
-    bf16 step on MiniLM, docs/performance.md). Otherwise SDPA (its fused kernels).
-    """
-    if dropout > 0 and query.device.type == "cpu":
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        scores = torch.matmul(query, key.transpose(-1, -2)) * scale
-        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1)
-        probs = cpu_dropout(probs, dropout) if fast_dropout else torch.nn.functional.dropout(probs, p=dropout, training=True)
-        return torch.matmul(probs, value)
-    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, dropout_p=dropout,
-                                                            scale=scaling)
-
-
-def _register_unpadded_attention() -> None:
-    """Register :func:`_unpadded_sdpa` (and SDPA's mask builder for its padded calls) with transformers, once."""
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
-
-    if UNPADDED_ATTENTION not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(UNPADDED_ATTENTION, _unpadded_sdpa)
-    if UNPADDED_ATTENTION not in ALL_MASK_ATTENTION_FUNCTIONS:
-        AttentionMaskInterface.register(UNPADDED_ATTENTION, sdpa_mask)
-
-
-def _padded_position_ids(encoder, input_ids: torch.Tensor) -> torch.Tensor:
-    """(N, L) position ids the encoder's embeddings would use for the padded ``input_ids`` (N, L).
-
-    RoBERTa-style embeddings number positions from ``padding_idx + 1`` and skip padding tokens; BERT-style ones
-    use ``0 .. L-1`` whatever the padding.
-    """
-    emb = getattr(encoder, "embeddings", None)
-    make = getattr(emb, "create_position_ids_from_input_ids", None)
-    padding_idx = getattr(emb, "padding_idx", None)
-    if make is not None and padding_idx is not None:
-        return make(input_ids, padding_idx)
-    rows, width = input_ids.shape
-    return torch.arange(width, device=input_ids.device).expand(rows, width)
 
 
 class SimCSEModel(nn.Module):
@@ -399,36 +247,8 @@ class SimCSEModel(nn.Module):
 
     # ------------------------------------------------------------------------------ padding-free forward
     def _encode_unpadded(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs):
-        """Run the encoder on the real tokens of a padded (N, L) batch, packed as one (1, T) row.
-
-        Position ids are those the padded batch would get; token-level keyword tensors (N, L) are packed the
-        same way; attention sees one sentence at a time (:func:`_unpadded_sdpa`). Returns the last hidden state
-        (N, L, H) and the hidden states (tuple or None), zero at padding positions (poolers mask them anyway).
-        """
-        rows, width = input_ids.shape
-        keep = attention_mask.bool()
-        flat = keep.reshape(-1).nonzero().squeeze(1)  # (T,) positions of real tokens in the flattened batch
-
-        def pack(t: torch.Tensor) -> torch.Tensor:  # (N, L) -> (1, T)
-            return t.reshape(-1)[flat].unsqueeze(0)
-
-        extra = {k: pack(v) if torch.is_tensor(v) and v.shape == input_ids.shape else v for k, v in encoder_kwargs.items()}
-        out = self.encoder(
-            input_ids=pack(input_ids),
-            position_ids=pack(_padded_position_ids(self.encoder, input_ids)),
-            attention_mask=None,
-            output_hidden_states=self.pooler.needs_hidden_states,
-            return_dict=True,
-            **{_LAYOUT_KWARG: _attention_buckets(keep)},
-            **extra,
-        )
-
-        def unpack(h: torch.Tensor) -> torch.Tensor:  # (1, T, H) -> (N, L, H)
-            full = h.new_zeros((rows * width, h.shape[-1])).index_put((flat,), h[0])
-            return full.view(rows, width, -1)
-
-        hidden = tuple(unpack(h) for h in out.hidden_states) if out.hidden_states is not None else None
-        return unpack(out.last_hidden_state), hidden
+        """:func:`simcse.unpadded.encode_unpadded` of this model's encoder -> ((N, L, H), hidden states or None)."""
+        return encode_unpadded(self.encoder, input_ids, attention_mask, self.pooler.needs_hidden_states, **encoder_kwargs)
 
     def set_unpadded(self, enabled: bool = True) -> bool:
         """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
@@ -449,7 +269,7 @@ class SimCSEModel(nn.Module):
             return False
         if self.unpadded:
             return True
-        _register_unpadded_attention()
+        register_unpadded_attention()
         self._padded_attn_implementation = config._attn_implementation
         config._attn_implementation = UNPADDED_ATTENTION
         self.unpadded = True
@@ -519,17 +339,51 @@ class SimCSEModel(nn.Module):
     ) -> np.ndarray:
         """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
 
-        All sentences are tokenised up front (one fast-tokenizer call per 8,192 sentences, ids kept in one
-        flat int32 array), then batches of ``batch_size`` are cut from the list sorted by *token* length, so
-        a batch carries almost no padding. ``max_length`` truncates (tokens, special tokens included; capped at
-        :attr:`max_input_tokens`, the encoder's position table); when
-        any sentence is cut, one ``UserWarning`` gives how many. ``dtype`` (e.g. ``torch.bfloat16``) runs
-        the encoder under autocast for speed.
+        All sentences are tokenised up front (:meth:`_tokenize_flat`), then batches of ``batch_size`` are cut
+        from the list sorted by *token* length (:meth:`_padded_batch`), so a batch carries almost no padding.
+        ``max_length`` truncates (tokens, special tokens included; capped at :attr:`max_input_tokens`, the
+        encoder's position table); when any sentence is cut, one ``UserWarning`` gives how many. ``dtype``
+        (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed.
 
         Raises:
             TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
             ValueError: the model has no tokenizer, or ``batch_size``/``max_length`` is not a positive int.
         """
+        self._check_encode_args(sentences, batch_size, max_length)
+        max_length = min(max_length, self.max_input_tokens)  # longer would index past the position table
+        n = len(sentences)
+        if n == 0:
+            return np.zeros((0, self.hidden_size), dtype=np.float32)
+        if device is not None:
+            self.to(device)
+        flat, lengths, offsets = self._tokenize_flat(sentences, max_length)
+
+        # Batches over the token-length order (longest first, so an out-of-memory shows up at once).
+        order = np.argsort(-lengths, kind="stable")
+        out = np.empty((n, self.hidden_size), dtype=np.float32)
+        starts = range(0, n, batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="encoding", unit="batch")
+        dev = self.device
+        was_training = self.training
+        self.eval()
+        try:
+            for start in starts:
+                idx = order[start : start + batch_size]
+                batch = {k: torch.from_numpy(v).to(dev) for k, v in self._padded_batch(flat, lengths, offsets, idx).items()}
+                with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
+                    emb = self(**batch).float()  # (B, H)
+                if normalize:
+                    emb = torch.nn.functional.normalize(emb, dim=-1)
+                out[idx] = emb.cpu().numpy()
+        finally:
+            self.train(was_training)
+        return out
+
+    def _check_encode_args(self, sentences, batch_size, max_length) -> None:
+        """The argument checks of :meth:`encode` (errors: see there)."""
         if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
             raise TypeError(f"sentences must be a list of str, got {type(sentences).__name__}")
         for i, s in enumerate(sentences):
@@ -540,20 +394,20 @@ class SimCSEModel(nn.Module):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         if self.tokenizer is None:
             raise ValueError("this SimCSEModel has no tokenizer; pass one to the constructor or load with from_pretrained")
-        max_length = min(max_length, self.max_input_tokens)  # longer would index past the position table
-        n = len(sentences)
-        if n == 0:
-            return np.zeros((0, self.hidden_size), dtype=np.float32)
-        if device is not None:
-            self.to(device)
-        dev = self.device
-        tok = self.tokenizer
 
+    def _tokenize_flat(self, sentences, max_length: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Tokenise all ``sentences`` once, unpadded (one fast-tokenizer call per 8,192 sentences).
+
+        Returns ``(flat, lengths, offsets)``: per input key (``input_ids``, ``token_type_ids``...) one flat int32
+        array of all rows' ids, row i at ``offsets[i]:offsets[i+1]``; ``lengths`` (N,) int64 token counts;
+        ``offsets`` (N+1,) int64. Warns (``UserWarning``, once) when ``max_length`` cut any sentence.
+        """
         import itertools
 
-        # 1. Tokenise everything once, unpadded; keep each key's ids flat (offsets[i]:offsets[i+1] is row i).
+        tok = self.tokenizer
+        n = len(sentences)
         keys = [k for k in getattr(tok, "model_input_names", ["input_ids", "attention_mask"]) if k != "attention_mask"]
-        flat: dict[str, list[np.ndarray]] = {}
+        parts: dict[str, list[np.ndarray]] = {}
         lengths = np.empty(n, dtype=np.int64)
         chunk = 8192
         for start in range(0, n, chunk):
@@ -563,9 +417,8 @@ class SimCSEModel(nn.Module):
             lengths[start : start + len(ids)] = [len(x) for x in ids]
             for k in keys:
                 if k in enc:
-                    rows = enc[k]
-                    flat.setdefault(k, []).append(np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32))
-        flat_arr = {k: np.concatenate(v) for k, v in flat.items()}
+                    parts.setdefault(k, []).append(np.fromiter(itertools.chain.from_iterable(enc[k]), dtype=np.int32))
+        flat = {k: np.concatenate(v) for k, v in parts.items()}
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
 
@@ -578,50 +431,37 @@ class SimCSEModel(nn.Module):
             if n_cut:
                 import warnings
 
+                # stacklevel: this method, encode, inference_mode's wrapper, the caller of encode
                 warnings.warn(f"{n_cut} of {n} sentences are longer than max_length={max_length} tokens and were "
-                              "truncated", UserWarning, stacklevel=3)
+                              "truncated", UserWarning, stacklevel=4)
+        return flat, lengths, offsets
 
+    def _padded_batch(self, flat: dict[str, np.ndarray], lengths: np.ndarray, offsets: np.ndarray,
+                      idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows ``idx`` (B,) of :meth:`_tokenize_flat`'s arrays padded to their longest: (B, W) int64 arrays.
+
+        Padding follows the tokenizer (``padding_side``, ``pad_token_id``, ``pad_token_type_id``); the result
+        holds every flat key plus ``attention_mask``.
+        """
+        tok = self.tokenizer
         pad_values = {"input_ids": tok.pad_token_id if tok.pad_token_id is not None else 0,
                       "token_type_ids": getattr(tok, "pad_token_type_id", 0) or 0}
-        left = getattr(tok, "padding_side", "right") == "left"
-
-        # 2. Batches over the token-length order (longest first, so an out-of-memory shows up at once).
-        order = np.argsort(-lengths, kind="stable")
-        out = np.empty((n, self.hidden_size), dtype=np.float32)
-        starts = range(0, n, batch_size)
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="encoding", unit="batch")
-        was_training = self.training
-        self.eval()
-        try:
-            for start in starts:
-                idx = order[start : start + batch_size]
-                lens = lengths[idx]  # (B,)
-                width = int(lens.max())
-                cols = np.arange(width)
-                if left:
-                    mask = cols[None, :] >= (width - lens)[:, None]  # (B, W) bool
-                    pos = offsets[idx][:, None] + cols[None, :] - (width - lens)[:, None]
-                else:
-                    mask = cols[None, :] < lens[:, None]
-                    pos = offsets[idx][:, None] + cols[None, :]
-                batch = {}
-                for k, arr in flat_arr.items():
-                    vals = np.full(mask.shape, pad_values.get(k, 0), dtype=np.int64)
-                    vals[mask] = arr[pos[mask]]
-                    batch[k] = torch.from_numpy(vals).to(dev)
-                batch["attention_mask"] = torch.from_numpy(mask.astype(np.int64)).to(dev)
-                with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
-                    emb = self(**batch)
-                emb = emb.float()
-                if normalize:
-                    emb = torch.nn.functional.normalize(emb, dim=-1)
-                out[idx] = emb.cpu().numpy()
-        finally:
-            self.train(was_training)
-        return out
+        lens = lengths[idx]  # (B,)
+        width = int(lens.max())
+        cols = np.arange(width)
+        if getattr(tok, "padding_side", "right") == "left":
+            mask = cols[None, :] >= (width - lens)[:, None]  # (B, W) bool
+            pos = offsets[idx][:, None] + cols[None, :] - (width - lens)[:, None]
+        else:
+            mask = cols[None, :] < lens[:, None]
+            pos = offsets[idx][:, None] + cols[None, :]
+        batch = {}
+        for k, arr in flat.items():
+            vals = np.full(mask.shape, pad_values.get(k, 0), dtype=np.int64)
+            vals[mask] = arr[pos[mask]]
+            batch[k] = vals
+        batch["attention_mask"] = mask.astype(np.int64)
+        return batch
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
@@ -760,122 +600,3 @@ class SimCSEModel(nn.Module):
             if not mlp_file.is_file():
                 raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
             self.mlp.load_state_dict(load_file(str(mlp_file)))
-
-
-# ------------------------------------------------------------------------------ ablations (paper Sec. 3)
-DROPOUT_SUFFIXES = ("dropout", "dropout_prob", "dropout_rate")
-
-
-def set_config_dropout(config, p: float) -> list[str]:
-    """Set every dropout probability of an HF ``config`` to ``p`` in place; return the attribute names set.
-
-    An attribute is a dropout probability when its name ends with one of :data:`DROPOUT_SUFFIXES`
-    (``dropout``, ``dropout_prob``, ``dropout_rate``) and its value is a float (``None`` values such as
-    BERT's unused ``classifier_dropout`` are left alone). For BERT/RoBERTa/MiniLM this is
-    ``hidden_dropout_prob`` (embeddings, attention output, feed-forward output) and
-    ``attention_probs_dropout_prob`` (attention weights); for DistilBERT ``dropout``, ``attention_dropout``
-    and ``seq_classif_dropout``. The config must be changed *before* the model is built: HF modules read
-    these values at construction (see :func:`encoder_config_with_dropout`).
-
-    Raises:
-        ValueError: ``p`` outside [0, 1), or a config with no float dropout attribute.
-    """
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-        raise ValueError(f"dropout must be a number in [0, 1), got {p!r}")
-    names = sorted(k for k, v in config.to_dict().items()
-                   if k.endswith(DROPOUT_SUFFIXES) and isinstance(v, float) and not isinstance(v, bool))
-    if not names:
-        raise ValueError(f"config of type {type(config).__name__} has no float attribute ending in "
-                         f"{DROPOUT_SUFFIXES}; cannot set dropout")
-    for k in names:
-        setattr(config, k, float(p))
-    return names
-
-
-def encoder_config_with_dropout(path: str, p: float, trust_remote_code: bool = False):
-    """``(config, names)``: the ``AutoConfig`` of ``path`` with every dropout probability set to ``p``.
-
-    Pass ``config=config`` to :meth:`SimCSEModel.from_pretrained` (it reaches ``AutoModel.from_pretrained``);
-    the saved model's ``config.json`` then records ``p``. Errors: see :func:`set_config_dropout`.
-    """
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-    return config, set_config_dropout(config, p)
-
-
-SECOND_ENCODER_DIR = "second_encoder"
-
-
-class DualEncoderModel(nn.Module):
-    """Two independent encoders, one per view (paper Table 2, column "(f_theta1, f_theta2)").
-
-    ``first`` encodes view 0 (the queries), ``second`` -- a deep copy of ``first`` at construction, so both
-    start from the same pre-trained weights and then train separately -- encodes views 1.. (positives and hard
-    negatives). ``encode``, evaluation and saving use ``first``.
-
-    ``forward(input_ids, attention_mask, ...)``: (B, V, L) tensors -> (B, V, H) embeddings (view 0 by
-    ``first``, the rest by ``second``); (N, L) tensors -> (N, H) by ``first``. The trainer recognises the
-    class by ``takes_views = True`` and hands it the unflattened (B, V, L) batch.
-
-    Saved layout: ``first`` is saved exactly as a :class:`SimCSEModel` in the folder (so the folder loads and
-    evaluates as one model) and ``second`` as another complete SimCSEModel folder in
-    ``<folder>/second_encoder/``.
-    """
-
-    takes_views = True
-
-    def __init__(self, first: SimCSEModel, second: SimCSEModel | None = None):
-        import copy
-
-        super().__init__()
-        self.first = first
-        self.second = second if second is not None else copy.deepcopy(first)
-
-    @property
-    def tokenizer(self):
-        return self.first.tokenizer
-
-    @property
-    def pooler_type(self) -> str:
-        return self.first.pooler_type
-
-    @property
-    def hidden_size(self) -> int:
-        return self.first.hidden_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.first.device
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
-        if input_ids.dim() == 2:
-            return self.first(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
-        if input_ids.dim() != 3 or input_ids.shape[1] < 2:
-            raise ValueError(f"DualEncoderModel needs (B, V >= 2, L) or (N, L) inputs, got {tuple(input_ids.shape)}")
-        batch, views, length = input_ids.shape
-        kw = {"input_ids": input_ids, "attention_mask": attention_mask, **encoder_kwargs}
-        z0 = self.first(**{k: v[:, 0] for k, v in kw.items()})  # (B, H)
-        rest = self.second(**{k: v[:, 1:].reshape(batch * (views - 1), length) for k, v in kw.items()})
-        return torch.cat([z0.unsqueeze(1), rest.view(batch, views - 1, -1)], dim=1)  # (B, V, H)
-
-    def encode(self, sentences, **kwargs) -> np.ndarray:
-        """:meth:`SimCSEModel.encode` of the first encoder."""
-        return self.first.encode(sentences, **kwargs)
-
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
-        for m in (self.first, self.second):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
-
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
-        """Save ``first`` into ``save_directory`` and ``second`` into ``save_directory/second_encoder``."""
-        self.first.save_pretrained(save_directory)
-        self.second.save_pretrained(Path(save_directory) / SECOND_ENCODER_DIR)
-
-    def load_weights(self, path: str | os.PathLike) -> None:
-        """Load both encoders from a folder written by :meth:`save_pretrained`."""
-        second = Path(path) / SECOND_ENCODER_DIR
-        if not second.is_dir():
-            raise FileNotFoundError(f"{second} is missing: {path} was not saved by a DualEncoderModel")
-        self.first.load_weights(path)
-        self.second.load_weights(second)

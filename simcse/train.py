@@ -67,7 +67,9 @@ def build(model_args, data_args, training_args):
     """
     from .callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
     from .data import ContrastiveCollator, load_next_sentence_dataset, load_sentence_dataset, tokenize_dataset
-    from .modeling import DualEncoderModel, SimCSEModel, encoder_config_with_dropout
+    from .dropout import encoder_config_with_dropout
+    from .dual_encoder import DualEncoderModel
+    from .modeling import SimCSEModel
     from .trainer import SimCSETrainer
 
     augmentation = model_args.augmentation
@@ -111,7 +113,7 @@ def build(model_args, data_args, training_args):
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
     if model_args.cpu_dropout:
-        logger.info("CPU dropout masks (simcse.modeling.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
+        logger.info("CPU dropout masks (simcse.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:
         ds, columns = ds.remove_columns("hard_neg"), [c for c in columns if c != "hard_neg"]
         logger.info("--no_hard_negatives: training on (sent0, sent1) pairs only")

@@ -84,9 +84,11 @@ class SimCSETrainer(Trainer):
             that embedding for every view, so both views carry the same dropout mask (see :meth:`_embed`).
 
     Batches are (B, V, L) from :class:`simcse.data.ContrastiveCollator`; V = 2 (two dropout views of the same
-    sentence, or a positive pair) or 3 (with a hard negative). All B*V rows go through the encoder in one pass.
+    sentence, or a positive pair) or 3 (with a hard negative), 4 with ``--neutral_as_negative``. Views are
+    numbered from 0 here and throughout: view 0 the queries, view 1 the positives, views 2.. negatives. All B*V
+    rows go through the encoder in one pass.
 
-    **Multiple processes (DDP) and loss scaling.** Under torch.distributed the keys (views 2 and 3) are gathered
+    **Multiple processes (DDP) and loss scaling.** Under torch.distributed the keys (views 1..V-1) are gathered
     from all W ranks with gradients (:func:`simcse.distributed.all_gather_with_grad`), so each query sees
     W*B - 1 in-batch negatives (plus the W*B hard negatives). Rank r's loss ``L_r`` is the mean over its *own* B
     queries (against all W*B keys); the gather's backward all-reduces (SUM) the key gradients, so rank r's
@@ -170,7 +172,7 @@ class SimCSETrainer(Trainer):
     def _embed(self, model, inputs) -> torch.Tensor:
         """Encode all views of a (B, V, L) batch in one forward call -> (B, V, H) embeddings.
 
-        Ablations (docs/ablations.md): a model with ``takes_views`` (:class:`simcse.modeling.DualEncoderModel`)
+        Ablations (docs/ablations.md): a model with ``takes_views`` (:class:`simcse.dual_encoder.DualEncoderModel`)
         gets the (B, V, L) batch itself and routes the views to its encoders. With ``fixed_dropout`` only view 0
         is encoded (B rows, one dropout mask per sentence) and its (B, H) embedding is repeated for every view:
         identical to encoding the identical views with identical masks, forward and backward.
@@ -184,50 +186,22 @@ class SimCSETrainer(Trainer):
         return model(**self._flat_inputs(inputs)).view(batch, views, -1)
 
     def contrastive_loss(self, z: torch.Tensor) -> torch.Tensor:
-        """InfoNCE of this rank's (B, V, H) embeddings (V = 2 or 3) -> float32 scalar.
+        """InfoNCE of this rank's (B, V, H) embeddings (V >= 2) -> float32 scalar (:func:`simcse.losses.info_nce`).
 
-        Queries are view 0; keys are view 1 (positives) and view 2 (hard negatives, when V = 3); views 3..
-        (the neutral hypotheses of ``--neutral_as_negative``, paper Table 7) are more negatives of weight 1,
-        their logits appended to Eq. 5's denominator. Under
-        torch.distributed the keys of all ranks are gathered with gradients and this rank's positives are at
-        ``rank * B + arange(B)``; the loss is the mean over this rank's B queries (see the class docstring for
-        why this gives the gradient of the global mean).
+        Queries are view 0; keys are view 1 (positives); views 2.. are negative sets: view 2 the hard negatives
+        (weighted by ``hard_negative_weight``), views 3.. (the neutral hypotheses of ``--neutral_as_negative``,
+        paper Table 7) more negatives of weight 1. Under torch.distributed the keys of all ranks are gathered
+        with gradients and this rank's positives are at ``rank * B + arange(B)``; the loss is the mean over this
+        rank's B queries (see the class docstring for why this gives the gradient of the global mean).
         """
         batch, views = z.shape[:2]
-        z1, z2 = z[:, 0], z[:, 1]  # queries, positives: (B, H)
-        z3 = z[:, 2] if views > 2 else None  # hard negatives: (B, H)
-        extra = [z[:, v] for v in range(3, views)]  # more negatives (neutral): (B, H) each
+        keys = [z[:, v] for v in range(1, views)]  # positives, then negative sets: (B, H) each
         rank, world = world_info()
         labels = None
         if world > 1:
-            z2 = all_gather_with_grad(z2)  # (W*B, H)
-            z3 = all_gather_with_grad(z3) if z3 is not None else None
-            extra = [all_gather_with_grad(e) for e in extra]
+            keys = [all_gather_with_grad(k) for k in keys]  # (W*B, H) each
             labels = torch.arange(batch, device=z.device) + rank * batch
-        if extra:
-            return self._info_nce_extra_negatives(z1, z2, z3, extra, labels)
-        return info_nce(z1, z2, z3, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
-
-    def _info_nce_extra_negatives(self, z1, z2, z3, extra, labels) -> torch.Tensor:
-        """Eq. 5 with more negatives: logits [z1.z2 | z1.z3 (+log alpha on the own one) | z1.e for e in extra].
-
-        z1: (B, H); z2, z3 and each e: (M, H). Returns the mean cross-entropy (float32 scalar).
-        """
-        import math
-
-        from .losses import cosine_logits
-
-        batch = z1.shape[0]
-        if labels is None:
-            labels = torch.arange(batch, device=z1.device)
-        hard = cosine_logits(z1, z3, self.temp)  # (B, M)
-        if self.hard_negative_weight != 1.0:
-            alpha = self.hard_negative_weight
-            bonus = torch.zeros_like(hard)
-            bonus[torch.arange(batch, device=hard.device), labels] = math.log(alpha) if alpha > 0 else float("-inf")
-            hard = hard + bonus
-        logits = torch.cat([cosine_logits(z1, z2, self.temp), hard, *[cosine_logits(z1, e, self.temp) for e in extra]], dim=1)
-        return torch.nn.functional.cross_entropy(logits, labels)
+        return info_nce(z[:, 0], *keys, temp=self.temp, hard_negative_weight=self.hard_negative_weight, labels=labels)
 
     def _mlm_loss(self, model, inputs, n_masked: int | None = None) -> torch.Tensor:
         """Auxiliary MLM cross-entropy (float32 scalar) of a (b, V, L) batch with ``mlm_input_ids``/``mlm_labels``.

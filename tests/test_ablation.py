@@ -59,7 +59,7 @@ def tiny_mlm_dir(tmp_path_factory):
 def test_set_config_dropout_sets_every_float_dropout_attribute():
     from transformers import BertConfig, DistilBertConfig
 
-    from simcse.modeling import set_config_dropout
+    from simcse.dropout import set_config_dropout
 
     cfg = BertConfig(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, classifier_dropout=None)
     assert set_config_dropout(cfg, 0.25) == ["attention_probs_dropout_prob", "hidden_dropout_prob"]
@@ -295,7 +295,8 @@ def test_next_sentence_objective_trains_on_consecutive_pairs(tmp_path, tiny_bert
 
 # ------------------------------------------------------------------------------------- two encoders
 def test_two_encoders_route_views_train_apart_and_save_both(tmp_path, tiny_bert_dir, train_txt):
-    from simcse.modeling import SECOND_ENCODER_DIR, DualEncoderModel, SimCSEModel
+    from simcse.dual_encoder import SECOND_ENCODER_DIR, DualEncoderModel
+    from simcse.modeling import SimCSEModel
 
     out = tmp_path / "out"
     argv = _argv(tiny_bert_dir, train_txt, out, "--two_encoders", "true", "--max_steps", "3")

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from simcse.losses import info_nce
 
 
-def naive_info_nce(z1, z2, z3=None, temp=0.05, alpha=1.0):
-    """Eq. 1/4/5 of the paper written as a per-row loop over python floats."""
+def naive_info_nce(z1, z2, z3=None, temp=0.05, alpha=1.0, extra=()):
+    """Eq. 1/4/5 of the paper written as a per-row loop over python floats (``extra``: more negative sets)."""
     B = z1.shape[0]
     total = 0.0
     for i in range(B):
@@ -18,6 +18,8 @@ def naive_info_nce(z1, z2, z3=None, temp=0.05, alpha=1.0):
         denom = sum(math.exp(sim(z1[i], z2[j]) / temp) for j in range(B))
         if z3 is not None:
             denom += sum((alpha if j == i else 1.0) * math.exp(sim(z1[i], z3[j]) / temp) for j in range(B))
+        for e in extra:
+            denom += sum(math.exp(sim(z1[i], e[j]) / temp) for j in range(B))
         total += -math.log(pos / denom)
     return total / B
 
@@ -35,6 +37,18 @@ def test_hard_negatives_match_naive_loop(alpha):
     z1, z2, z3 = (torch.randn(5, 4, generator=g, dtype=torch.float64) for _ in range(3))
     got = info_nce(z1, z2, z3, temp=0.1, hard_negative_weight=alpha).item()
     assert got == pytest.approx(naive_info_nce(z1, z2, z3, temp=0.1, alpha=alpha), rel=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0])
+def test_more_negative_sets_match_naive_loop(alpha):
+    # paper Table 7's neutral hypotheses: a second negative set of weight 1, alpha on the first set only
+    g = torch.Generator().manual_seed(3)
+    z1, z2, z3, z4, z5 = (torch.randn(5, 4, generator=g, dtype=torch.float64) for _ in range(5))
+    got = info_nce(z1, z2, z3, z4, z5, temp=0.1, hard_negative_weight=alpha).item()
+    assert got == pytest.approx(naive_info_nce(z1, z2, z3, temp=0.1, alpha=alpha, extra=(z4, z5)), rel=1e-5)
+    assert info_nce(z1, z2, None).item() == pytest.approx(info_nce(z1, z2).item(), rel=1e-6)
+    with pytest.raises(ValueError, match="negative set 0"):
+        info_nce(z1, z2, None, z4)
 
 
 def test_reference_log_weight_equivalence():

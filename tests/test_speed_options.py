@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import simcse.modeling as modeling
+import simcse.unpadded as unpadded
 from conftest import SENTENCES, load_script, logged_losses, run_training
 from simcse.modeling import SimCSEModel
 
@@ -85,8 +86,8 @@ def test_padding_free_dropout_is_on_in_training_and_seeded(tiny_bert_dir):
 def test_padding_free_falls_back_when_the_check_fails(tiny_bert_dir, monkeypatch, caplog):
     model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg")
     before = model.encoder.config._attn_implementation
-    real = modeling._padded_position_ids
-    monkeypatch.setattr(modeling, "_padded_position_ids", lambda enc, ids: real(enc, ids).flip(-1))  # wrong positions
+    real = unpadded._padded_position_ids
+    monkeypatch.setattr(unpadded, "_padded_position_ids", lambda enc, ids: real(enc, ids).flip(-1))  # wrong positions
     with caplog.at_level(logging.WARNING, logger="simcse.modeling"):
         assert model.set_unpadded(True) is False
     assert "padding-free forward is off" in caplog.text and "differ" in caplog.text
@@ -185,11 +186,11 @@ def test_attention_core_math_path_equals_sdpa():
     q, k, v = (torch.randn(3, 2, 5, 4, generator=gen) for _ in range(3))
     key_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, scale=0.3)
-    got = modeling._attention_core(q, k, v, key_mask, dropout=1e-12, scaling=0.3)
+    got = unpadded._attention_core(q, k, v, key_mask, dropout=1e-12, scaling=0.3)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
     # and it does drop: with p = 0.5 about half of the attention weights are zeroed
     torch.manual_seed(0)
-    dropped = modeling._attention_core(q, k, torch.eye(5).expand(3, 2, 5, 5), key_mask, dropout=0.5, scaling=0.3)
+    dropped = unpadded._attention_core(q, k, torch.eye(5).expand(3, 2, 5, 5), key_mask, dropout=0.5, scaling=0.3)
     kept = dropped[key_mask.expand_as(dropped)]  # attention weights of real keys
     assert 0.3 < (kept == 0).float().mean().item() < 0.7
 
@@ -275,7 +276,7 @@ def test_attention_buckets_cover_every_token_once_in_row_order():
     keep[3] = False                                 # an empty row
     keep[5] = True                                  # a full row
     total = int(keep.sum())
-    buckets, restore = modeling._attention_buckets(keep, max_buckets=4)
+    buckets, restore = unpadded._attention_buckets(keep, max_buckets=4)
     assert 1 < len(buckets) <= 4
     lengths = keep.sum(1)
     packed = torch.arange(total, dtype=torch.float32)[:, None, None]  # (T, 1, 1): token i holds the value i
