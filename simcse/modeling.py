@@ -241,9 +241,37 @@ class SimCSEModel(nn.Module):
             pooled = self.mlp(pooled)
         return pooled
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
-        """Delegate to the encoder (called by HF Trainer when ``--gradient_checkpointing``)."""
-        self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+    # ------------------------------------------------------------------------- activation checkpointing
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False) -> None:
+        """Recompute the encoder layers' activations in the backward pass (``--gradient_checkpointing true``).
+
+        Called by HF Trainer with the keywords of transformers' ``PreTrainedModel.activation_checkpointing_enable``
+        (``every_n_layers``: checkpoint every n-th layer; ``offload``: keep the saved layer inputs in host
+        memory; ``activation_checkpointing_kwargs``: passed to ``torch.utils.checkpoint.checkpoint``) and
+        handed to the encoder. torch's checkpoint restores the random state before recomputing a layer, so the
+        dropout masks (also :mod:`simcse.dropout`'s, which draw from the default generator) are replayed
+        exactly: the gradients equal those without checkpointing.
+        """
+        enable = getattr(self.encoder, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers,
+                   offload=offload)
+        else:  # an encoder class of an older transformers
+            self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=activation_checkpointing_kwargs)
+
+    def activation_checkpointing_disable(self) -> None:
+        """Undo :meth:`activation_checkpointing_enable`."""
+        disable = getattr(self.encoder, "activation_checkpointing_disable", None)
+        (disable or self.encoder.gradient_checkpointing_disable)()
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        """The older name of :meth:`activation_checkpointing_enable` (same keywords)."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
+
+    def gradient_checkpointing_disable(self) -> None:
+        """The older name of :meth:`activation_checkpointing_disable`."""
+        self.activation_checkpointing_disable()
 
     # ------------------------------------------------------------------------------ padding-free forward
     def _encode_unpadded(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs):
@@ -472,14 +500,18 @@ class SimCSEModel(nn.Module):
             "hidden_size": self.hidden_size,
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
+                        is_main_process: bool = True) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
-        rename each, so an interrupted save never leaves a half-written weight file in place.
+        rename each, so an interrupted save never leaves a half-written weight file in place. With
+        ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
         """
         from safetensors.torch import save_file
 
+        if not is_main_process:
+            return
         target = Path(save_directory)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
