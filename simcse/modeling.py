@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -505,35 +503,23 @@ class SimCSEModel(nn.Module):
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
-        rename each, so an interrupted save never leaves a half-written weight file in place. With
+        rename each (:func:`simcse.storage.atomic_folder`), so an interrupted save never leaves a half-written
+        weight file in place; a failed write raises :class:`simcse.storage.WriteError`. With
         ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
         """
         from safetensors.torch import save_file
 
+        from .storage import atomic_folder
+
         if not is_main_process:
             return
-        target = Path(save_directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
+        with atomic_folder(save_directory, "the model") as tmp:
             self._save_encoder(tmp)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(tmp)
             if self.mlp is not None:
                 save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
             (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
-            if not target.exists():
-                os.replace(tmp, target)
-                return
-            target.mkdir(exist_ok=True)
-            for f in sorted(tmp.rglob("*")):
-                dest = target / f.relative_to(tmp)
-                if f.is_dir():
-                    dest.mkdir(exist_ok=True)
-                else:
-                    os.replace(f, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def _save_encoder(self, folder: Path) -> None:
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model

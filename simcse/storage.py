@@ -79,7 +79,7 @@ def folder_bytes(path: str | os.PathLike) -> int:
 def write_errno(exc: BaseException) -> int | None | bool:
     """The errno of a write failure ``exc``; None for a failed write of unknown cause; False if it is none."""
     if isinstance(exc, WriteError):
-        return False  # already reported
+        return exc.errno  # reported by an inner block: the outer one names the whole thing being written
     if isinstance(exc, OSError):
         return exc.errno if exc.errno in WRITE_ERRNOS else False
     text = str(exc)
@@ -104,7 +104,8 @@ def describe(what: str, folder: str | os.PathLike, exc: BaseException, needed: i
 def writing(what: str, folder: str | os.PathLike, needed: int | None = None):
     """Turn a write failure inside the block into :class:`WriteError` (message from :func:`describe`).
 
-    Other exceptions, and a :class:`WriteError` from an inner block, pass unchanged.
+    A :class:`WriteError` of an inner block is reported again with this block's ``what`` and ``folder`` (the
+    outermost block names the whole thing being written). Other exceptions pass unchanged.
     """
     try:
         yield
