@@ -92,7 +92,10 @@ def write_errno(exc: BaseException) -> int | None | bool:
 def describe(what: str, folder: str | os.PathLike, exc: BaseException, needed: int | None = None) -> str:
     """One line: what failed to be written where, why, and the space needed vs free (and ``ulimit -f``)."""
     code = write_errno(exc)
-    reason = os.strerror(code) if isinstance(code, int) and code else "the file was written short"
+    if isinstance(exc, OSError) and not isinstance(exc, WriteError) and exc.strerror:
+        reason = exc.strerror  # the system's own words
+    else:
+        reason = os.strerror(code) if isinstance(code, int) and code else "the file was written short"
     space = [f"needs about {human(needed)}" if needed else None, f"{human(free_bytes(folder))} free there"]
     limit = file_size_limit()
     if limit is not None:

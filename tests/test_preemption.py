@@ -298,3 +298,46 @@ def test_output_folder_that_cannot_hold_a_checkpoint_is_refused_up_front(setup, 
     with pytest.raises(SetupError, match="^--output_dir: " + expected):
         _build(setup, out, "--max_steps", "2")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------ torchrun, 2 processes
+_SIGNAL_RANK_ONE = '''
+import os, signal, sys
+from transformers import TrainerCallback
+import simcse.train as t
+
+class SignalRankOne(TrainerCallback):  # only rank 1 is signalled, as step 3 begins
+    def on_step_begin(self, args, state, control, **kw):
+        if args.process_index == 1 and state.global_step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+real_build = t.build
+def build(*a):
+    trainer = real_build(*a)
+    trainer.add_callback(SignalRankOne())
+    return trainer
+t.build = build
+t.main(sys.argv[1:])
+'''
+
+
+def test_under_torchrun_every_rank_stops_after_the_same_step(setup, tmp_path):
+    """Two CPU processes (gloo): SIGTERM reaches rank 1 only; both stop after step 3, write checkpoint-3 together
+    (both ranks' RNG states) and exit 75; rank 0 prints a torchrun resume command."""
+    script = tmp_path / "signal_rank_one.py"
+    script.write_text(_SIGNAL_RANK_ONE)
+    out = tmp_path / "out"
+    argv = train_argv(setup["model"], setup["train"], out, setup["senteval"], "--max_steps", "12",
+                      "--save_steps", "1000", "--eval_strategy", "no", "--per_device_train_batch_size", "4")
+    from test_distributed import _free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+           str(script), *argv]
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert "exitcode  : 75" in r.stderr or r.returncode == 75, r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(("checkpoint", "."))) == ["checkpoint-3"]
+    files = {p.name for p in (out / "checkpoint-3").iterdir()}
+    assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "rng_state_0.pth", "rng_state_1.pth"} <= files
+    lines = [ln for ln in r.stdout.splitlines() if "resume with:" in ln]
+    assert len(lines) == 1 and "stopped by a signal on another rank after step 3" in lines[0], r.stdout[-2000:]
+    assert lines[0].split("resume with: ", 1)[1].startswith(f"torchrun --nproc_per_node=2 {script}")

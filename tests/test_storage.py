@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ def _failing_after_partial(code=errno.ENOSPC):
     def write(*args, **kw):
         file = next(a for a in [*args, *kw.values()] if isinstance(a, (str, Path)))
         Path(file).write_bytes(b"partial")
-        raise OSError(code, f"{errno.errorcode[code]} (simulated)")
+        raise OSError(code, os.strerror(code))
 
     return write
 
