@@ -37,7 +37,9 @@ def read_sentences(path: Path, n: int) -> list[str]:
     Raises:
         SystemExit: the file has fewer than ``n`` non-blank lines (the message names the file).
     """
-    with open(path, encoding="utf-8") as f:
+    from simcse.inputs import open_text
+
+    with open_text(path) as f:  # lines split only at "\n", as wc -l counts
         out = list(itertools.islice((s for s in (line.strip() for line in f) if s), n))
     if len(out) < n:
         raise SystemExit(f"error: {path} has only {len(out)} non-blank lines, need {n}")

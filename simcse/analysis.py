@@ -553,8 +553,10 @@ def read_sentences(path: str | os.PathLike, max_sentences: int | None = None) ->
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"sentence file {str(p)!r} does not exist")
+    from .inputs import open_text
+
     out: list[str] = []
-    with open(p, encoding="utf-8") as f:
+    with open_text(p) as f:  # lines split only at "\n" (simcse.inputs)
         for line in f:
             s = line.strip()
             if s:

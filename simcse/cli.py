@@ -7,8 +7,12 @@
     simcse train    ...   # the arguments of scripts/train.py (simcse.train.main)
     simcse evaluate ...   # the arguments of scripts/evaluation.py
 
-Input files hold one sentence per line (UTF-8). ``encode`` writes a float32 ``.npy`` of shape (N, H), row i
-for line i; a blank line is an error unless ``--skip-blank`` (then rows follow the non-blank lines).
+Input files (UTF-8) hold one sentence per line, split only at ``\n`` as ``wc -l`` counts (a lone ``\r`` and the
+other characters ``str.splitlines()`` breaks at stay inside their line); ``.csv``/``.tsv`` files with a header
+read the column ``--column`` names, ``.jsonl`` files one JSON string or object (field ``--column``) a line.
+``encode`` writes a float32 ``.npy`` of shape (N, H), row i for record i; a blank record is an error unless
+``--skip-blank`` (then rows follow the non-blank records). ``search`` encodes the queries with the model and
+pooler the index records; a different ``--model``/``--pooler`` is an error.
 Problems with the inputs end the command with ``error: ...`` on stderr and exit status 2.
 """
 from __future__ import annotations
@@ -43,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
-    e.add_argument("--input", required=True, help="text file, one sentence per line ('-' for stdin)")
+    e.add_argument("--input", required=True, help="text file, one sentence per line ('-' for stdin); or .csv/.tsv/"
+                   ".jsonl with --column")
+    e.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv file (field of a .jsonl file)")
     e.add_argument("--output", required=True, help=".npy file to write (float32, N x H)")
     e.add_argument("--no-normalize", action="store_true", help="keep raw embeddings (default: unit length)")
     e.add_argument("--skip-blank", action="store_true", help="skip blank lines instead of failing on them")
@@ -51,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("index", help="build a search index of the lines of a text file")
     _add_model_args(i)
-    i.add_argument("--input", required=True, help="text file, one sentence per line (blank lines skipped)")
+    i.add_argument("--input", required=True, help="text file, one sentence per line (blank lines skipped); or "
+                   ".csv/.tsv/.jsonl with --column")
+    i.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv file (field of a .jsonl file)")
     i.add_argument("--output", required=True, help="folder to write the index into")
     g = i.add_mutually_exclusive_group()
     g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None, help="require faiss")
@@ -80,26 +88,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_lines(path: str, skip_blank: bool) -> list[str]:
-    if path == "-":
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-    else:
-        f = Path(path)
-        if not f.is_file():
-            raise CLIError(f"--input {path!r} is not a file")
-        try:
-            with open(f, encoding="utf-8") as fh:
-                lines = [line.rstrip("\r\n") for line in fh]
-        except UnicodeDecodeError:
-            from .tool import utf8_error_location
+def _read_lines(path: str, skip_blank: bool, column: str | None = None) -> list[str]:
+    """The records of an input file (see the module docstring); a blank one is an error unless ``skip_blank``."""
+    from .inputs import lines_of, sentence_rows
 
-            raise CLIError(f"{utf8_error_location(path)}; expected a UTF-8 text file") from None
+    if path == "-":
+        import io
+
+        if column is not None:
+            raise CLIError("--column needs a .csv/.tsv/.jsonl --input file, not stdin")
+        stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
+        try:
+            rows = list(enumerate(lines_of(stream), 1))
+        except UnicodeDecodeError as e:
+            raise CLIError(f"stdin is not UTF-8 ({e.reason}); expected UTF-8 text") from None
+    else:
+        if not Path(path).is_file():
+            raise CLIError(f"--input {path!r} is not a file")
+        rows = list(sentence_rows(path, column))
     if skip_blank:
-        return [s for s in lines if s.strip()]
-    for n, s in enumerate(lines, 1):
+        return [s for _, s in rows if s.strip()]
+    for n, s in rows:
         if not s.strip():
             raise CLIError(f"{path}:{n} is blank (pass --skip-blank to drop blank lines)")
-    return lines
+    return [s for _, s in rows]
 
 
 def _tool(args, model: str):
@@ -125,7 +137,7 @@ def cmd_encode(args) -> int:
     out = Path(args.output)
     if out.suffix != ".npy":
         raise CLIError(f"--output {args.output!r} must end in .npy")
-    sentences = _read_lines(args.input, args.skip_blank)
+    sentences = _read_lines(args.input, args.skip_blank, args.column)
     tool = _tool(args, args.model)
     from .storage import check_room, writing
 
@@ -156,7 +168,7 @@ def cmd_index(args) -> int:
         raise CLIError(f"--input {args.input!r} is not a file")
     tool = _tool(args, args.model)
     tool.build_index(args.input, use_faiss=args.use_faiss, faiss_fast=args.fast, batch_size=args.batch_size,
-                     chunk_size=args.chunk_size)
+                     column=args.column, chunk_size=args.chunk_size)
     tool.save_index(args.output)
     print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)
     return 0
@@ -170,14 +182,7 @@ def cmd_search(args) -> int:
         queries += _read_lines(args.query_file, skip_blank=True)
     if not queries:
         raise CLIError("give at least one --query or a --query-file")
-    model = args.model
-    if model is None:
-        meta = Path(args.index) / TOOL_META_NAME
-        if not meta.is_file():
-            raise CLIError(f"no --model and {meta} is missing: pass --model")
-        model = json.loads(meta.read_text()).get("model_name_or_path")
-        if not model:
-            raise CLIError(f"{meta} does not name the model: pass --model")
+    model, args.pooler = _recorded_model_and_pooler(Path(args.index) / TOOL_META_NAME, args.model, args.pooler)
     from .index import INDEX_CONFIG_NAME
 
     if not (Path(args.index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
@@ -196,6 +201,35 @@ def cmd_search(args) -> int:
             if not res:
                 print(f"  (nothing with cosine >= {args.threshold})")
     return 0
+
+
+def _same_model(given: str, recorded: str) -> bool:
+    if Path(given).exists() and Path(recorded).exists():
+        return Path(given).resolve() == Path(recorded).resolve()
+    return given.rstrip("/") == recorded.rstrip("/")
+
+
+def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+    """The model and pooler an index was built with (from its ``simcse_index.json``), checked against the
+    explicit ``--model`` / ``--pooler``: a query encoded otherwise than the indexed vectors scores wrongly.
+
+    Raises:
+        CLIError: no model anywhere; an explicit pooler or model that differs from the recorded one.
+    """
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    rec_model, rec_pooler = meta.get("model_name_or_path") or None, meta.get("pooler")
+    if pooler is not None and rec_pooler is not None and pooler != rec_pooler:
+        raise CLIError(f"--pooler {pooler} differs from the pooler the index was built with ({rec_pooler}, "
+                       f"{meta_file}); drop --pooler to use it")
+    if model is None:
+        if rec_model is None:
+            raise CLIError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
+                                                             else "is missing") + ": pass --model")
+        model = rec_model
+    elif rec_model is not None and Path(rec_model).exists() and not _same_model(model, rec_model):
+        raise CLIError(f"--model {model} differs from the model the index was built with ({rec_model}, "
+                       f"{meta_file}); drop --model to use it")
+    return model, pooler if pooler is not None else rec_pooler
 
 
 def cmd_export(args) -> int:

@@ -101,6 +101,26 @@ def _string_features(p: Path, sep: str):
     return datasets.Features({h: datasets.Value("string") for h in header})
 
 
+def _text_lines(path: str, stamp: str):
+    from .inputs import iter_lines
+
+    for line in iter_lines(path):
+        yield {"text": line}
+
+
+def _text_dataset(p: Path):
+    """A ``datasets.Dataset`` with a ``text`` column: line i of ``p`` in row i, lines split only at ``"\\n"``
+    (:func:`simcse.inputs.iter_lines`; HF's "text" builder splits at every ``str.splitlines()`` break, so a
+    lone ``"\\r"`` made two training sentences of one line). Cached like any dataset; the cache key holds
+    the file's size and modification time, so an edited file is read again."""
+    import datasets
+
+    st = p.stat()
+    return datasets.Dataset.from_generator(
+        _text_lines, features=datasets.Features({"text": datasets.Value("string")}),
+        gen_kwargs={"path": str(p.resolve()), "stamp": f"{st.st_size}:{st.st_mtime_ns}"})
+
+
 def _count_nonblank_lines(p: Path) -> int:
     with _open_bytes(p) as f:
         return sum(1 for raw in f if raw.strip())
@@ -133,7 +153,7 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     sep = None
     try:
         if p.suffix == ".txt":
-            ds = datasets.load_dataset("text", data_files=str(p), split="train")
+            ds = _text_dataset(p)
         else:
             sep, quoting = ("\t", csv.QUOTE_NONE) if p.name.endswith(".tsv") else (",", csv.QUOTE_MINIMAL)
             ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False,
@@ -270,7 +290,9 @@ def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: in
     if p.suffix != ".txt":
         raise ValueError(f"--objective {objective} derives pairs from consecutive lines: train_file {str(p)!r} "
                          "must be a .txt file with one sentence per line")
-    with open(p, encoding="utf-8") as f:
+    from .inputs import open_text
+
+    with open_text(p) as f:  # lines split only at "\n" (simcse.inputs)
         anchors, positives = consecutive_pairs(f, OBJECTIVE_WINDOWS[objective], random.Random(seed), max_train_samples)
     if not anchors:
         raise ValueError(f"train_file {str(p)!r} has no two consecutive non-blank lines: no {objective} pair")

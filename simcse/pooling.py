@@ -96,3 +96,47 @@ class MLPHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.activation(self.dense(x))
+
+
+def recorded_pooler(folder) -> tuple[str, str] | None:
+    """The pooler a local model folder records, as ``(pooler name, file it is read from)``, or None.
+
+    * ``simcse_config.json`` (a folder saved by simcse): its ``pooler_type``.
+    * a sentence-transformers folder (``modules.json``: a Transformer, a Pooling and optionally a Normalize
+      module): ``1_Pooling/config.json``'s mean-tokens mode is ``avg``, its CLS-token mode
+      ``cls_before_pooler`` (the [CLS] vector without the BERT pooler). Other modes and pipelines with more
+      modules (``Dense``...) have no simcse pooler: None.
+
+    A hub name or a folder with neither file gives None: nothing is guessed from the model's name (the
+    reference tool picked ``cls_before_pooler`` for names containing "unsup").
+    """
+    import json
+    from pathlib import Path
+
+    root = Path(folder)
+    if not root.is_dir():
+        return None
+    cfg = root / "simcse_config.json"
+    if cfg.is_file():
+        name = json.loads(cfg.read_text()).get("pooler_type")
+        return (name, str(cfg)) if name else None
+    modules_file = root / "modules.json"
+    try:
+        modules = json.loads(modules_file.read_text()) if modules_file.is_file() else None
+    except (ValueError, OSError):
+        return None
+    if not isinstance(modules, list):
+        return None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+    pooling = [m for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling")]
+    if len(pooling) != 1 or kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"}:
+        return None
+    pcfg_file = root / str(pooling[0].get("path", "1_Pooling")) / "config.json"
+    try:
+        pcfg = json.loads(pcfg_file.read_text())
+    except (ValueError, OSError):
+        return None
+    modes = {k for k, v in pcfg.items() if k.startswith("pooling_mode_") and v is True}
+    name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
+            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler"}.get(frozenset(modes))
+    return (name, str(pcfg_file)) if name else None

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..inputs import lines_of, open_text
+
 DOWNLOAD_HINT = "bash data/download_senteval.sh"
 
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
@@ -186,15 +188,15 @@ def _not_decodable(path: Path, encoding: str, err: UnicodeDecodeError) -> ValueE
 
 def _read_lines(path: Path, encoding: str) -> list[str]:
     try:
-        with open(path, encoding=encoding, newline=None) as f:
-            return f.read().splitlines()
+        with open_text(path, encoding) as f:  # lines split only at "\n", as wc -l counts (simcse.inputs)
+            return list(lines_of(f))
     except UnicodeDecodeError as e:
         raise _not_decodable(path, encoding, e) from None
 
 
 def _rows(path: Path, encoding: str = "utf-8") -> list[list[str]]:
     try:
-        with open(path, encoding=encoding) as f:
+        with open_text(path, encoding) as f:
             return [line.strip().split("\t") for line in f]
     except UnicodeDecodeError as e:
         raise _not_decodable(path, encoding, e) from None
@@ -284,7 +286,7 @@ def read_sst2(path: Path) -> Labelled:
 @_cached
 def read_trec(path: Path) -> Labelled:
     sents, labels = [], []
-    with open(path, encoding="latin-1") as f:
+    with open_text(path, "latin-1") as f:
         for i, line in enumerate(f, 1):
             target, _, rest = line.strip().partition(":")
             if target not in TREC_CLASSES or " " not in rest:

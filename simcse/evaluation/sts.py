@@ -28,7 +28,7 @@ class Correlation(NamedTuple):
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray, task: str = "") -> np.ndarray:
-    """Row-wise cosine similarity of two (n, H) arrays, in float64.
+    """Row-wise cosine similarity of two (n, H) arrays, in float64, each in [-1, 1].
 
     The one cosine used by the evaluator. SentEval silently turns NaN into 0 here; we refuse instead.
 
@@ -51,7 +51,8 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray, task: str = "") -> np.ndarra
         raise ValueError(
             f"{int(zero.sum())} pair(s){where} have a zero embedding (pair {int(np.argmax(zero))}); cosine similarity is undefined"
         )
-    return np.einsum("ij,ij->i", a, b) / (na * nb)
+    # float rounding can put the cosine of (nearly) parallel vectors a few ulps beyond +-1
+    return np.clip(np.einsum("ij,ij->i", a, b) / (na * nb), -1.0, 1.0)
 
 
 def correlations(sys_scores: np.ndarray, gold: np.ndarray, task: str = "") -> dict:

@@ -1,0 +1,163 @@
+"""Sentences from files: plain text (one a line), CSV/TSV (a named column) and JSON lines.
+
+Every reader of the package that takes "one sentence per line" (training, the tool, the command line,
+evaluation, the analyses) splits lines here, the way ``wc -l`` counts them: only at ``"\\n"``, with a
+``"\\r"`` right before it dropped. A lone ``"\\r"``, a form feed, ``"\\x85"``, ``"\\u2028"``... stay inside
+their line: Python's universal-newline reading and ``str.splitlines()`` would split there, so that row
+``i`` of an output no longer held line ``i`` of the file.
+
+The kind of a sentence file is read from its name: ``.csv`` (comma), ``.tsv``/``.tab`` (tab), ``.jsonl``/
+``.ndjson`` (one JSON value a line), anything else plain text.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def strip_line_end(line: str) -> str:
+    """``line`` without its ``"\\n"`` / ``"\\r\\n"`` ending (only those; other whitespace is kept)."""
+    if line.endswith("\n"):
+        line = line[:-1]
+        if line.endswith("\r"):
+            line = line[:-1]
+    return line
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as :func:`iter_lines` reads them from a file (no trailing empty line)."""
+    return [strip_line_end(x) for x in io.StringIO(text, newline="\n")]
+
+
+def lines_of(stream: Iterable[str]) -> Iterator[str]:
+    """The lines of a text stream opened with ``newline="\\n"``, without their endings."""
+    for line in stream:
+        yield strip_line_end(line)
+
+
+def open_text(path: str | os.PathLike, encoding: str = "utf-8"):
+    """``open(path)`` for reading text lines split only at ``"\\n"`` (see the module docstring)."""
+    return open(path, encoding=encoding, newline="\n")
+
+
+def _not_utf8(path: Path, what: str) -> ValueError:
+    from .data import first_undecodable_line
+
+    bad = first_undecodable_line(path)
+    where = f"{path} is not UTF-8" if bad is None else f"{path}:{bad[0]}: byte {bad[1]} ({bad[2]!r}) is not UTF-8"
+    return ValueError(f"{where}; expected a UTF-8 {what}")
+
+
+def iter_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[str]:
+    """Every line of a text file (blank ones too), without its ending; line ``i`` is ``wc -l``'s line ``i``.
+
+    Raises:
+        ValueError: the file is not valid ``encoding`` (the message gives ``file:line`` and the byte).
+    """
+    p = Path(path)
+    try:
+        with open_text(p, encoding) as f:
+            yield from lines_of(f)
+    except UnicodeDecodeError:
+        raise _not_utf8(p, "text file, one sentence per line") from None
+
+
+def file_kind(path: str | os.PathLike) -> str:
+    """``"csv"``, ``"tsv"``, ``"jsonl"`` or ``"text"``, from the file name (a ``.gz`` ending is not read)."""
+    suffix = Path(path).suffix.lower()
+    if suffix in TABLE_SUFFIXES:
+        return "csv" if suffix == ".csv" else "tsv"
+    return "jsonl" if suffix in JSONL_SUFFIXES else "text"
+
+
+def sentence_rows(path: str | os.PathLike, column: str | None = None) -> Iterator[tuple[int, str]]:
+    """``(line_number, sentence)`` for each record of a sentence file, in file order, blank ones included.
+
+    * text: each line (line numbers as ``wc -l``); ``column`` must be None.
+    * CSV / TSV: a header row, then one record a row; ``column`` names the sentence column (it may be
+      omitted when the file has a single column). Quoted cells may span lines; the number is the record's
+      first line.
+    * JSONL: each non-blank line is a JSON string, or an object whose ``column`` field is a string (the field
+      may be omitted when every object has a single field).
+
+    Raises:
+        ValueError: ``column`` given for a text file; a missing or unknown column (the message lists the
+            file's columns); a short row, a line that is not JSON or a value that is not a string (the message
+            gives ``file:line``); a file that is not UTF-8.
+    """
+    p = Path(path)
+    kind = file_kind(p)
+    if kind == "text":
+        if column is not None:
+            raise ValueError(f"column={column!r} applies to .csv/.tsv/.jsonl files; {p} is read as plain text, "
+                             "one sentence per line")
+        yield from enumerate(iter_lines(p), 1)
+    elif kind == "jsonl":
+        yield from _jsonl_rows(p, column)
+    else:
+        yield from _table_rows(p, TABLE_SUFFIXES[p.suffix.lower()], column)
+
+
+def _table_rows(p: Path, sep: str, column: str | None) -> Iterator[tuple[int, str]]:
+    kind = "CSV" if sep == "," else "TSV"
+    try:
+        with open(p, encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f, delimiter=sep)
+            header = next(reader, None)
+            if not header:
+                raise ValueError(f"{p}: a {kind} file needs a header row naming its columns; the first row is empty")
+            if column is None:
+                if len(header) != 1:
+                    raise ValueError(f"{p} is a {kind} file with columns {header}: name the sentence column "
+                                     "(column=... / --column)")
+                col = 0
+            elif column in header:
+                col = header.index(column)
+            else:
+                raise ValueError(f"{p}: no column {column!r}; its {kind} header has {header}")
+            start = reader.line_num + 1
+            for row in reader:
+                if not row:  # an empty line between records
+                    start = reader.line_num + 1
+                    continue
+                if len(row) <= col:
+                    raise ValueError(f"{p}:{start}: {len(row)} cell(s), no {header[col]!r} cell (column {col + 1})")
+                yield start, row[col]
+                start = reader.line_num + 1
+    except UnicodeDecodeError:
+        raise _not_utf8(p, f"{kind} file") from None
+    except csv.Error as e:
+        raise ValueError(f"{p}: not a readable {kind} file: {e}") from None
+
+
+def _jsonl_rows(p: Path, column: str | None) -> Iterator[tuple[int, str]]:
+    for n, line in enumerate(iter_lines(p), 1):
+        if not line.strip():
+            yield n, line
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{n}: not JSON ({e.msg}); expected one JSON string or object a line") from None
+        if isinstance(value, dict):
+            if column is None:
+                if len(value) != 1:
+                    raise ValueError(f"{p}:{n}: an object with fields {sorted(value)}: name the sentence field "
+                                     "(column=... / --column)")
+                value = next(iter(value.values()))
+            elif column not in value:
+                raise ValueError(f"{p}:{n}: no field {column!r}; this object has {sorted(value)}")
+            else:
+                value = value[column]
+        elif column is not None:
+            raise ValueError(f"{p}:{n}: a JSON {type(value).__name__}, not an object with field {column!r}")
+        if not isinstance(value, str):
+            raise ValueError(f"{p}:{n}: expected a string sentence, got JSON {type(value).__name__} {str(value)[:40]!r}")
+        yield n, value
