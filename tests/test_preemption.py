@@ -177,23 +177,29 @@ def test_save_on_signal_option(setup, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- write failures
-_LIMIT_AFTER_FIRST_SAVE = r"""
-import resource, sys
+def _train_script_with(callback: str) -> str:
+    """Source of a script running ``simcse.train.main(sys.argv[1:])`` with the TrainerCallback ``Injected``
+    (defined by ``callback``) added to the trainer it builds."""
+    return f"""
+import os, resource, signal, sys
 from transformers import TrainerCallback
 import simcse.train as t
-
-class Limit(TrainerCallback):  # after checkpoint-2 is written, files may hold at most LIMIT bytes (ulimit -f)
-    def on_save(self, args, state, control, **kw):
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
+{callback}
 real_build = t.build
 def build(*a):
     trainer = real_build(*a)
-    trainer.add_callback(Limit())
+    trainer.add_callback(Injected())
     return trainer
 t.build = build
-t.main(sys.argv[2:])
+t.main(sys.argv[1:])
 """
+
+
+_LIMIT_AFTER_FIRST_SAVE = _train_script_with("""
+class Injected(TrainerCallback):  # after checkpoint-2 is written, files may hold at most 20,000 bytes (ulimit -f)
+    def on_save(self, args, state, control, **kw):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+""")
 
 
 def test_file_size_limit_mid_run_reports_one_line_and_keeps_the_last_checkpoint(setup, tmp_path):
@@ -202,7 +208,7 @@ def test_file_size_limit_mid_run_reports_one_line_and_keeps_the_last_checkpoint(
     out = tmp_path / "out"
     extra = ("--max_steps", "6", "--save_strategy", "steps", "--save_steps", "2", "--eval_strategy", "no")
     argv = train_argv(setup["model"], setup["train"], out, setup["senteval"], *extra)
-    r = subprocess.run([sys.executable, "-c", _LIMIT_AFTER_FIRST_SAVE, "20000", *argv], env=ENV, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", _LIMIT_AFTER_FIRST_SAVE, *argv], env=ENV, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 74, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
@@ -301,24 +307,12 @@ def test_output_folder_that_cannot_hold_a_checkpoint_is_refused_up_front(setup, 
 
 
 # ------------------------------------------------------------------------------------ torchrun, 2 processes
-_SIGNAL_RANK_ONE = '''
-import os, signal, sys
-from transformers import TrainerCallback
-import simcse.train as t
-
-class SignalRankOne(TrainerCallback):  # only rank 1 is signalled, as step 3 begins
+_SIGNAL_RANK_ONE = _train_script_with("""
+class Injected(TrainerCallback):  # only rank 1 is signalled, as step 3 begins
     def on_step_begin(self, args, state, control, **kw):
         if args.process_index == 1 and state.global_step == 2:
             os.kill(os.getpid(), signal.SIGTERM)
-
-real_build = t.build
-def build(*a):
-    trainer = real_build(*a)
-    trainer.add_callback(SignalRankOne())
-    return trainer
-t.build = build
-t.main(sys.argv[1:])
-'''
+""")
 
 
 def test_under_torchrun_every_rank_stops_after_the_same_step(setup, tmp_path):
