@@ -31,7 +31,7 @@ TASK_SETS["full"] = TASK_SETS["sts"] + TASK_SETS["transfer"]
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
-    p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one saved with the model, else cls")
+    p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one the model folder records (simcse_config.json or a sentence-transformers 1_Pooling), else cls")
     p.add_argument("--mode", choices=["dev", "test", "fasttest"], default="test",
                    help="dev: STS-B/SICK-R dev + transfer dev accuracy (5-fold); test: test results, 10-fold; "
                         "fasttest: test results, 5-fold")

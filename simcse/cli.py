@@ -33,7 +33,7 @@ class CLIError(Exception):
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--model", "--model_name_or_path", dest="model", required=required,
                    help="model folder saved by simcse, a plain HF encoder folder, or a hub name")
-    p.add_argument("--pooler", default=None, help="pooler (default: the saved one; cls for a plain HF encoder)")
+    p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder or index records; cls for a plain HF encoder)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-length", type=int, default=128, help="truncation in tokens")
@@ -203,12 +203,6 @@ def cmd_search(args) -> int:
     return 0
 
 
-def _same_model(given: str, recorded: str) -> bool:
-    if Path(given).exists() and Path(recorded).exists():
-        return Path(given).resolve() == Path(recorded).resolve()
-    return given.rstrip("/") == recorded.rstrip("/")
-
-
 def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str | None) -> tuple[str, str | None]:
     """The model and pooler an index was built with (from its ``simcse_index.json``), checked against the
     explicit ``--model`` / ``--pooler``: a query encoded otherwise than the indexed vectors scores wrongly.
@@ -216,6 +210,8 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
     Raises:
         CLIError: no model anywhere; an explicit pooler or model that differs from the recorded one.
     """
+    from .tool import same_model_path
+
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     rec_model, rec_pooler = meta.get("model_name_or_path") or None, meta.get("pooler")
     if pooler is not None and rec_pooler is not None and pooler != rec_pooler:
@@ -226,7 +222,7 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
             raise CLIError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
                                                              else "is missing") + ": pass --model")
         model = rec_model
-    elif rec_model is not None and Path(rec_model).exists() and not _same_model(model, rec_model):
+    elif rec_model is not None and Path(rec_model).exists() and not same_model_path(model, rec_model):
         raise CLIError(f"--model {model} differs from the model the index was built with ({rec_model}, "
                        f"{meta_file}); drop --model to use it")
     return model, pooler if pooler is not None else rec_pooler

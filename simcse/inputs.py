@@ -82,8 +82,9 @@ def sentence_rows(path: str | os.PathLike, column: str | None = None) -> Iterato
 
     * text: each line (line numbers as ``wc -l``); ``column`` must be None.
     * CSV / TSV: a header row, then one record a row; ``column`` names the sentence column (it may be
-      omitted when the file has a single column). Quoted cells may span lines; the number is the record's
-      first line.
+      omitted when the file has a single column). Quoted cells may span lines and hold any character; the
+      number is the record's first line. A line break character (``"\\r"``) in an unquoted cell is an
+      error naming the line.
     * JSONL: each non-blank line is a JSON string, or an object whose ``column`` field is a string (the field
       may be omitted when every object has a single field).
 
@@ -107,8 +108,11 @@ def sentence_rows(path: str | os.PathLike, column: str | None = None) -> Iterato
 
 def _table_rows(p: Path, sep: str, column: str | None) -> Iterator[tuple[int, str]]:
     kind = "CSV" if sep == "," else "TSV"
+    reader = None
     try:
-        with open(p, encoding="utf-8-sig", newline="") as f:
+        # fed lines split only at "\n": a quoted cell may span lines (and hold a "\r"); a lone "\r" in an
+        # unquoted cell is a csv.Error naming the line, not a silent extra record as with newline=""
+        with open(p, encoding="utf-8-sig", newline="\n") as f:
             reader = csv.reader(f, delimiter=sep)
             header = next(reader, None)
             if not header:
@@ -134,7 +138,8 @@ def _table_rows(p: Path, sep: str, column: str | None) -> Iterator[tuple[int, st
     except UnicodeDecodeError:
         raise _not_utf8(p, f"{kind} file") from None
     except csv.Error as e:
-        raise ValueError(f"{p}: not a readable {kind} file: {e}") from None
+        where = f"{p}:{reader.line_num}" if reader is not None and reader.line_num else str(p)
+        raise ValueError(f"{where}: not a readable {kind} file: {e} (quote a cell that holds a line break)") from None
 
 
 def _jsonl_rows(p: Path, column: str | None) -> Iterator[tuple[int, str]]:

@@ -31,7 +31,7 @@ from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask et
     keep_mask,
     set_config_dropout,
 )
-from .pooling import MLPHead, get_pooler
+from .pooling import MLPHead, get_pooler, recorded_pooler
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
@@ -562,7 +562,8 @@ class SimCSEModel(nn.Module):
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, or a hub name.
 
         Args:
-            pooler_type: overrides the saved pooler; for a plain HF encoder it defaults to ``cls`` with a warning.
+            pooler_type: overrides the saved pooler; default: the saved one, else the one a sentence-transformers
+                folder's ``1_Pooling`` records (:func:`simcse.pooling.recorded_pooler`), else ``cls`` with a warning.
             mlp_only_train: overrides the saved flag (default False for a plain encoder).
             new_mlp_init: how a ``cls`` MLP absent from the folder starts: ``"encoder_pooler"`` copies the
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
@@ -584,6 +585,9 @@ class SimCSEModel(nn.Module):
         if pooler_type is None:
             if cfg is not None:
                 pooler_type = cfg["pooler_type"]
+            elif is_local and recorded_pooler(path) is not None:  # a sentence-transformers folder's pooling
+                pooler_type, source = recorded_pooler(path)
+                logger.info("%s: pooler_type=%r, read from %s", path, pooler_type, source)
             else:
                 pooler_type = "cls"
                 logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)

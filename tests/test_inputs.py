@@ -114,3 +114,15 @@ def test_evaluation_and_analysis_readers(five_lines, tmp_path):
     pairs = read_sts_subset(inp, gs)  # old: "has 6 lines but ... has 5"
     assert len(pairs.scores) == 5 and list(pairs.scores) == [0, 1, 2, 3, 4]
     assert pairs.sent1[3] != pairs.sent1[2] and "man" in pairs.sent1[2] and "playing" in pairs.sent1[2]
+
+
+def test_csv_cells_with_a_carriage_return(tmp_path):
+    from simcse.inputs import sentence_rows
+
+    ok = tmp_path / "q.csv"
+    ok.write_bytes(b'id,text\r\n0,"one\rstill one"\r\n1,"two\nlines"\r\n2,three\r\n')
+    assert list(sentence_rows(ok, "text")) == [(2, "one\rstill one"), (3, "two\nlines"), (5, "three")]
+    bad = tmp_path / "b.csv"
+    bad.write_bytes(b"id,text\n0,one\rstill one\n1,two\n")
+    with pytest.raises(ValueError, match=r"b\.csv:2: not a readable CSV file: .*quote a cell"):
+        list(sentence_rows(bad, "text"))

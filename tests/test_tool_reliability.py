@@ -206,3 +206,26 @@ def test_encode_takes_numpy_and_pandas_sequences_of_str(tool):
         tool.encode(pd.Series(["a dog .", None]))
     with pytest.raises(TypeError, match=r"a 2-d numpy array"):
         tool.encode(np.array([SENTENCES[:2]]))
+
+
+def test_loader_reads_the_sentence_transformers_pooler(minilm_dir):
+    """Evaluation, export and analyses load through SimCSEModel.from_pretrained: no guessed cls there either."""
+    from simcse import SimCSEModel
+
+    assert SimCSEModel.from_pretrained(minilm_dir).pooler_type == "avg"
+    assert SimCSEModel.from_pretrained(minilm_dir, pooler_type="cls_before_pooler").pooler_type == "cls_before_pooler"
+
+
+def test_load_index_of_another_model_folder_is_an_error(tmp_path, tiny_bert_dir, tool):
+    import shutil
+
+    tool.build_index(SENTENCES, use_faiss=False)
+    tool.save_index(tmp_path / "idx")
+    other = tmp_path / "other"
+    shutil.copytree(tiny_bert_dir, other)
+    t = SimCSE(str(other), device="cpu", pooler="avg")
+    with pytest.raises(ValueError, match=r"was built with the model .*tiny_bert.*; this tool runs .*other"):
+        t.load_index(tmp_path / "idx")
+    same = SimCSE(str(tiny_bert_dir) + "/", device="cpu", pooler="avg")
+    same.load_index(tmp_path / "idx")
+    assert same.sentences == SENTENCES
