@@ -207,7 +207,8 @@ class SaveOnSignalCallback(TrainerCallback):
 
     After ``trainer.train()`` returns, :attr:`checkpoint` is the path of that checkpoint (None when no signal
     came) and :attr:`signal_name` the signal's name. The handlers are those of the process again once training
-    has ended. Signal handlers can only be installed by the main thread; elsewhere the callback does nothing.
+    has ended (:class:`simcse.trainer.SimCSETrainer` also restores them when training raises). Signal handlers
+    can only be installed by the main thread; elsewhere the callback does nothing.
     """
 
     def __init__(self, signals=DEFAULT_SAVE_SIGNALS):
@@ -237,7 +238,8 @@ class SaveOnSignalCallback(TrainerCallback):
             sig = getattr(signal, f"SIG{name}")
             self._previous[sig] = signal.signal(sig, self._handle)
 
-    def _restore(self) -> None:
+    def restore_handlers(self) -> None:
+        """Put back the signal handlers the process had before training (idempotent)."""
         import signal
 
         for sig, handler in self._previous.items():
@@ -274,4 +276,4 @@ class SaveOnSignalCallback(TrainerCallback):
             self.checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._restore()
+        self.restore_handlers()

@@ -6,7 +6,9 @@ caching is on: the two-pass GradCache computation of :mod:`simcse.gradcache`; ot
 ``_save``,
 ``_load_from_checkpoint`` and ``_load_best_model`` (the model is a composed ``nn.Module`` with its own
 safetensors format, as sentence-transformers' trainer does for its models). ``_save_checkpoint`` wraps HF's
-own to make each ``checkpoint-N`` folder appear complete or not at all. The training loop itself is
+own to make each ``checkpoint-N`` folder appear complete or not at all and to report write failures in one
+line (:mod:`simcse.storage`); ``_get_train_sampler`` keys each example by epoch for runs with random draws in
+the collator; ``train`` wraps HF's to restore signal handlers when it raises. The training loop itself is
 HF's, untouched.
 """
 from __future__ import annotations
@@ -289,6 +291,16 @@ class SimCSETrainer(Trainer):
             loss = loss + torch.stack(mlm_parts).sum()
         del inputs
         return loss / ga_steps
+
+    def train(self, *args, **kwargs):
+        """HF's ``train``; signal handlers of a :class:`simcse.callbacks.SaveOnSignalCallback` are restored even
+        when training raises (HF calls ``on_train_end`` only when it returns)."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            for cb in self.callback_handler.callbacks:
+                if callable(getattr(cb, "restore_handlers", None)):
+                    cb.restore_handlers()
 
     # ------------------------------------------------------------------------------------------- data
     def _get_train_sampler(self, train_dataset=None):

@@ -335,3 +335,16 @@ def test_under_torchrun_every_rank_stops_after_the_same_step(setup, tmp_path):
     lines = [ln for ln in r.stdout.splitlines() if "resume with:" in ln]
     assert len(lines) == 1 and "stopped by a signal on another rank after step 3" in lines[0], r.stdout[-2000:]
     assert lines[0].split("resume with: ", 1)[1].startswith(f"torchrun --nproc_per_node=2 {script}")
+
+
+def test_signal_handlers_are_restored_when_training_raises(setup, tmp_path):
+    trainer = _build(setup, tmp_path / "out", "--max_steps", "4", "--save_strategy", "no", "--eval_strategy", "no")
+
+    def failing(model, inputs, *a, **kw):
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # installed while training
+        raise RuntimeError("boom")
+
+    trainer.compute_loss = failing
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
