@@ -24,7 +24,10 @@ setup(
     extras_require={
         "faiss": ["faiss-cpu>=1.7.4"],
         "plots": ["matplotlib>=3.7"],
-        "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4"],
+        "onnx": ["onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1"],
+        "mteb": ["mteb>=2.0,<3"],
+        "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4",
+                "onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1", "mteb>=2.0,<3"],
     },
     entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.train:main"]},
 )

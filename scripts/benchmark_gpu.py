@@ -1,6 +1,6 @@
 """GPU training speed and MFU of our trainer on a randomly initialised BERT-base-shaped encoder.
 
-    python scripts/benchmark_gpu.py                                   # on a CUDA machine (~3 min on one GPU)
+    python scripts/benchmark_gpu.py                                   # on a CUDA machine (timings: docs/performance.md)
     python scripts/benchmark_gpu.py --device cpu --shape tiny --batch-sizes 8 --warmup 1 --steps 1   # smoke test
 
 Needs no downloaded weights or data, so it runs on a machine with no network: the encoder is a random
@@ -27,7 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling benchmark modules
 
 from bench_common import int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child, encoder_shape, model_flops  # noqa: E402
+from benchmark_train import _run_child  # noqa: E402
+
+from simcse.flops import encoder_shape, model_flops  # noqa: E402
 
 SHAPES = {
     "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),

@@ -1,6 +1,6 @@
 """How our training step scales with batch size and sequence length, and what the B x B loss costs.
 
-    python scripts/benchmark_scaling.py              # batch 32/64/128/256 at length 32, length 32/64/128 at batch 64 (~4 min)
+    python scripts/benchmark_scaling.py              # batch 32/64/128/256 at length 32, length 32/64/128 at batch 64
 
 Each point is a fresh ``scripts/benchmark_train.py`` worker process (our trainer, default options, the
 benchmark's model and data, ``warmup`` untimed then ``steps`` timed steps). The loss row times
@@ -19,7 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
 
 from bench_common import default_model, int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child, encoder_shape  # noqa: E402
+from benchmark_train import _run_child  # noqa: E402
+
+from simcse.flops import encoder_shape  # noqa: E402
 
 
 def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:

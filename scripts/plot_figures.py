@@ -97,69 +97,81 @@ def _encoders(args, parser):
         yield label, encode
 
 
+def _training_curve(args, parser, numbers: dict) -> None:
+    from simcse import plots
+    from simcse.callbacks import read_align_uniform_log
+
+    if not args.log:
+        parser.error("--figure training_curve needs --log FILE [FILE ...]")
+    labels = _labels(args, len(args.log), [Path(f).parent.name or Path(f).stem for f in args.log], parser)
+    runs = {label: read_align_uniform_log(f) for label, f in zip(labels, args.log)}
+    plots.plot_training_curve(runs, args.out, title=args.title)
+    numbers["runs"] = {k: v[-1] for k, v in runs.items()}
+
+
+def _align_uniform(args, parser, numbers: dict) -> None:
+    from simcse import analysis, plots
+    from simcse.evaluation.data import load_stsb
+    from simcse.evaluation.sts import correlations
+
+    if args.sts_avg is not None and args.color_by_stsb:
+        parser.error("give --sts_avg or --color_by_stsb, not both")
+    sts = _per_model(args.sts_avg, len(args.models), "sts_avg", parser)
+    pairs = load_stsb(args.data_dir, args.split)
+    rows = []
+    for (label, encode), model_dir, s in zip(_encoders(args, parser), args.models, sts):
+        unique, e1, e2 = analysis.encode_pairs(encode, pairs)
+        spearman = 100.0 * correlations(analysis.pair_cosine(e1, e2), pairs.scores)["spearman"][0]
+        au = analysis.pairs_alignment_uniformity(pairs.scores, unique, e1, e2)
+        rows.append({"model": label, **au, f"stsb_{args.split}_spearman": spearman,
+                     "sts": spearman if args.color_by_stsb else (s if s is not None else _saved_sts(model_dir))})
+    have_sts = all(r["sts"] is not None for r in rows)
+    if args.color_by_stsb:
+        sts_label = f"STS-B {args.split} Spearman x100"
+    elif args.sts_avg is not None:
+        sts_label = "STS"
+    else:  # simcse_results.json: mean of STS-B dev and SICK-R dev Spearman
+        sts_label = "STS-B/SICK-R dev avg x100"
+    plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
+                             [r["uniform"] for r in rows], args.out,
+                             sts=[r["sts"] for r in rows] if have_sts else None, title=args.title,
+                             sts_label=sts_label)
+    numbers["models"] = rows
+
+
+def _spectrum_or_bins(args, parser, numbers: dict) -> None:
+    from simcse import analysis, plots
+    from simcse.evaluation.data import load_stsb
+
+    pairs = load_stsb(args.data_dir, args.split)
+    results, rows = {}, []
+    for label, encode in _encoders(args, parser):
+        unique, e1, e2 = analysis.encode_pairs(encode, pairs)
+        if args.figure == "spectrum":
+            s = analysis.singular_spectrum(unique, center=args.center, l2_normalize_rows=args.l2_normalize)
+            results[label] = s
+            rows.append({"model": label, "n_sentences": int(unique.shape[0]), "first_10": [round(float(v), 4) for v in s[:10]]})
+        else:
+            groups = analysis.cosine_by_gold_bins(e1, e2, pairs.scores)
+            results[label] = groups
+            rows.append({"model": label, "bins": [
+                {"gold": g.label, "n": int(g.cosines.size),
+                 "mean_cos": round(float(g.cosines.mean()), 4) if g.cosines.size else None} for g in groups]})
+    if args.figure == "spectrum":
+        numbers["center"], numbers["l2_normalize"] = args.center, args.l2_normalize
+        plots.plot_singular_spectra(results, args.out, log_scale=args.log_scale, title=args.title)
+    else:
+        plots.plot_cosine_bins(results, args.out, title=args.title)
+    numbers["models"] = rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from simcse import analysis, plots
-
     numbers: dict = {"figure": args.figure, "split": args.split}
+    make = {"training_curve": _training_curve, "align_uniform": _align_uniform}.get(args.figure, _spectrum_or_bins)
     try:
-        if args.figure == "training_curve":
-            from simcse.callbacks import read_align_uniform_log
-
-            if not args.log:
-                parser.error("--figure training_curve needs --log FILE [FILE ...]")
-            labels = _labels(args, len(args.log), [Path(f).parent.name or Path(f).stem for f in args.log], parser)
-            runs = {label: read_align_uniform_log(f) for label, f in zip(labels, args.log)}
-            plots.plot_training_curve(runs, args.out, title=args.title)
-            numbers["runs"] = {k: v[-1] for k, v in runs.items()}
-        elif args.figure == "align_uniform":
-            from simcse.evaluation.sts import correlations
-
-            if args.sts_avg is not None and args.color_by_stsb:
-                parser.error("give --sts_avg or --color_by_stsb, not both")
-            sts = _per_model(args.sts_avg, len(args.models), "sts_avg", parser)
-            pairs = analysis.read_stsb(args.data_dir, args.split)
-            rows = []
-            for (label, encode), model_dir, s in zip(_encoders(args, parser), args.models, sts):
-                unique, e1, e2 = analysis.encode_pairs(encode, pairs)
-                spearman = 100.0 * correlations(analysis.pair_cosine(e1, e2), pairs.scores)["spearman"][0]
-                au = analysis.pairs_alignment_uniformity(pairs.scores, unique, e1, e2)
-                rows.append({"model": label, **au, f"stsb_{args.split}_spearman": spearman,
-                             "sts": spearman if args.color_by_stsb else (s if s is not None else _saved_sts(model_dir))})
-            have_sts = all(r["sts"] is not None for r in rows)
-            if args.color_by_stsb:
-                sts_label = f"STS-B {args.split} Spearman x100"
-            elif args.sts_avg is not None:
-                sts_label = "STS"
-            else:  # simcse_results.json: mean of STS-B dev and SICK-R dev Spearman
-                sts_label = "STS-B/SICK-R dev avg x100"
-            plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
-                                     [r["uniform"] for r in rows], args.out,
-                                     sts=[r["sts"] for r in rows] if have_sts else None, title=args.title,
-                                     sts_label=sts_label)
-            numbers["models"] = rows
-        else:
-            pairs = analysis.read_stsb(args.data_dir, args.split)
-            results, rows = {}, []
-            for label, encode in _encoders(args, parser):
-                unique, e1, e2 = analysis.encode_pairs(encode, pairs)
-                if args.figure == "spectrum":
-                    s = analysis.singular_spectrum(unique, center=args.center, l2_normalize_rows=args.l2_normalize)
-                    results[label] = s
-                    rows.append({"model": label, "n_sentences": int(unique.shape[0]), "first_10": [round(float(v), 4) for v in s[:10]]})
-                else:
-                    groups = analysis.cosine_by_gold_bins(e1, e2, pairs.scores)
-                    results[label] = groups
-                    rows.append({"model": label, "bins": [
-                        {"gold": g.label, "n": int(g.cosines.size),
-                         "mean_cos": round(float(g.cosines.mean()), 4) if g.cosines.size else None} for g in groups]})
-            if args.figure == "spectrum":
-                numbers["center"], numbers["l2_normalize"] = args.center, args.l2_normalize
-                plots.plot_singular_spectra(results, args.out, log_scale=args.log_scale, title=args.title)
-            else:
-                plots.plot_cosine_bins(results, args.out, title=args.title)
-            numbers["models"] = rows
+        make(args, parser, numbers)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     numbers["out"] = str(args.out)

@@ -4,12 +4,10 @@
   Section 5 (Figure 3); :func:`stsb_alignment_uniformity` computes both in the paper's STS-B setting.
 * :func:`singular_spectrum`: the singular values of an embedding matrix, scaled as Appendix F (Figure F.1).
 * :func:`cosine_by_gold_bins`: cosine similarities of sentence pairs grouped by gold score (Appendix G).
-* :class:`Whitening`: the post-processing baseline of Su et al. (2021), "Whitening sentence representations
-  for better semantics and faster retrieval", a baseline of the paper's STS table (Table 5) and of
-  Appendices F-G.
 
 Every function takes numpy arrays or torch tensors (any float dtype, any device) and computes in float64
-on the CPU. Nothing heavy is imported at module import time.
+on the CPU; none reads or writes files (the STS-B pairs come from :func:`simcse.evaluation.data.load_stsb`,
+BERT-whitening with its .npz files is :mod:`simcse.whitening`). Nothing heavy is imported at module import time.
 """
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ import itertools
 import logging
 import math
 import os
-from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -275,44 +272,6 @@ def cosine_by_gold_bins(e1, e2, gold, bins: Sequence[float] = (0, 1, 2, 3, 4, 5)
 
 # ----------------------------------------------------------------------------------------- STS-B data
 
-STSB_SPLITS = ("train", "dev", "test")
-
-
-def read_stsb(data_dir: str | os.PathLike | None = None, split: str = "dev"):
-    """STS-B ``split`` read with :mod:`simcse.evaluation.data` (SentEval layout
-    ``<data_dir>/STS/STSBenchmark/sts-{split}.csv``; sentences normalised as SentEval's batchers see them).
-
-    Args:
-        data_dir: SentEval's ``data/downstream`` folder; default as
-            :func:`simcse.evaluation.data.resolve_senteval_dir` (``$SIMCSE_SENTEVAL_DIR``, then
-            ``$SIMCSE_DATA_MIRROR/senteval/downstream``, then ``data/downstream``).
-        split: ``"train"``, ``"dev"``, ``"test"`` or ``"all"`` (the three concatenated in that order).
-
-    Returns:
-        :class:`simcse.evaluation.data.ScoredPairs`: ``sent1``, ``sent2`` (tuples of N str), ``scores``
-        float64 (N,) on STS-B's 0-5 scale.
-
-    Raises:
-        ValueError: an unknown split, or a malformed line (file and line named by the reader).
-        FileNotFoundError: the folder or the split's file is missing.
-    """
-    from .evaluation.data import ScoredPairs, read_split_pairs, resolve_senteval_dir
-
-    if split not in STSB_SPLITS + ("all",):
-        raise ValueError(f"split must be one of {list(STSB_SPLITS) + ['all']}, got {split!r}")
-    folder = resolve_senteval_dir(data_dir)
-    parts = []
-    for name in STSB_SPLITS if split == "all" else (split,):
-        path = folder / "STS" / "STSBenchmark" / f"sts-{name}.csv"
-        if not path.is_file():
-            raise FileNotFoundError(f"STS-B {name} file {str(path)!r} is missing (SentEval layout under {str(folder)!r})")
-        parts.append(read_split_pairs(folder, "STSBenchmark", name))
-    if len(parts) == 1:
-        return parts[0]
-    return ScoredPairs(sum((p.sent1 for p in parts), ()), sum((p.sent2 for p in parts), ()),
-                       np.concatenate([p.scores for p in parts]))
-
-
 def _encode_checked(encode: Callable[[list[str]], np.ndarray], sentences: list[str]) -> np.ndarray:
     emb = _to_numpy(encode(sentences), "encode(sentences)")
     if emb.ndim != 2 or emb.shape[0] != len(sentences):
@@ -353,7 +312,7 @@ def stsb_alignment_uniformity(
 
     Args:
         encode: maps a list of N str to an (N, D) array or tensor (e.g. ``SimCSEModel.encode``).
-        data_dir, split: see :func:`read_stsb`.
+        data_dir, split: see :func:`simcse.evaluation.data.load_stsb` (which reads the pairs).
         threshold: gold-score cut for positives (paper: 4, on STS-B's 0-5 scale).
         alpha, t: see :func:`alignment` and :func:`uniformity`.
 
@@ -362,9 +321,11 @@ def stsb_alignment_uniformity(
 
     Raises:
         ValueError: no pair above ``threshold``, or ``encode`` returns a wrong shape; errors of
-            :func:`read_stsb`.
+            :func:`simcse.evaluation.data.load_stsb`.
     """
-    pairs = read_stsb(data_dir, split)
+    from .evaluation.data import load_stsb
+
+    pairs = load_stsb(data_dir, split)
     if not np.any(pairs.scores > threshold):  # fail before encoding anything
         raise ValueError(f"STS-B {split} has no pair with gold score > {threshold:g}: no positives for alignment")
     unique, e1, e2 = encode_pairs(encode, pairs)
@@ -397,184 +358,3 @@ def pairs_alignment_uniformity(gold, unique, e1, e2, threshold: float = 4.0, alp
         "n_pos": int(pos.size),
         "n_sentences": int(u.shape[0]),
     }
-
-
-# ----------------------------------------------------------------------------------------- whitening
-
-
-class Whitening:
-    """BERT-whitening (Su et al. 2021, Section 3 there): ``x -> (x - mu) W[:, :k]``.
-
-    Fitted on a corpus of embeddings X (N, D): ``mu`` is the mean row, ``Sigma = (X - mu)^T (X - mu) / N``
-    the (population, 1/N) covariance, ``Sigma = U S U^T`` its SVD, and ``W = U sqrt(S^-1)``; keeping the
-    first k columns (largest variances) reduces the dimension. The whitened corpus then has zero mean and
-    identity covariance (Su et al. use the 1/(N-1) covariance: a uniform scale factor, which changes no
-    cosine similarity).
-
-    Attributes:
-        mu: float64 (D,).
-        W: float64 (D, k).
-        singular_values: float64 (D,), the eigenvalues of Sigma, largest first (for inspection).
-
-    Use :meth:`fit` to create one, :meth:`transform` to apply it, :meth:`truncated` to keep fewer
-    dimensions, :meth:`save` / :meth:`load` for .npz files.
-    """
-
-    def __init__(self, mu, W, singular_values=None):
-        mu = _to_numpy(mu, "mu")
-        W = _to_numpy(W, "W")
-        if mu.ndim != 1 or W.ndim != 2 or W.shape[0] != mu.shape[0] or W.shape[1] < 1:
-            raise ValueError(f"Whitening needs mu (D,) and W (D, k) with k >= 1; got {mu.shape} and {W.shape}")
-        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(W))):
-            raise ValueError("Whitening mu or W has NaN/inf entries")
-        self.mu = mu
-        self.W = W
-        self.singular_values = None if singular_values is None else _to_numpy(singular_values, "singular_values")
-
-    @property
-    def input_dim(self) -> int:
-        return self.W.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.W.shape[1]
-
-    def __repr__(self) -> str:
-        return f"Whitening(input_dim={self.input_dim}, dim={self.dim})"
-
-    @classmethod
-    def fit(cls, x, dim: int | None = None, rtol: float = 1e-10) -> "Whitening":
-        """Fit on corpus embeddings ``x`` (N, D); keep ``dim`` (k) output dimensions.
-
-        Directions whose variance is at most ``rtol`` times the largest are degenerate: sqrt(1/S) would
-        blow float rounding noise up to unit variance. Encoders whose last op is a LayerNorm produce a few
-        (all-MiniLM-L6-v2: 3 of 384, variance ratio < 1e-16 against > 1e-4 for the others), and a corpus
-        of N <= D sentences has at most N-1 non-degenerate directions. ``dim=None`` keeps every
-        non-degenerate direction (D when there is none, with a warning otherwise).
-
-        Raises:
-            ValueError: bad ``x``; ``dim`` not in [1, D]; ``dim`` larger than the number of non-degenerate
-                directions (the message gives that number); an all-constant corpus.
-        """
-        a = _as_matrix(x, "x", min_rows=2)
-        n, d = a.shape
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= d):
-            raise ValueError(f"dim must be an integer in [1, {d}] (the embedding size), got {dim!r}")
-        mu = a.mean(axis=0)  # (D,)
-        centred = a - mu
-        cov = centred.T @ centred / n  # (D, D)
-        u, s, _ = np.linalg.svd(cov)  # symmetric PSD: u holds the eigenvectors, s the eigenvalues, descending
-        rank = int(np.sum(s > rtol * s[0])) if s[0] > 0 else 0
-        if rank == 0:
-            raise ValueError(f"the corpus embeddings are all identical (N={n}): nothing to whiten")
-        if dim is None:
-            k = rank
-            if rank < d:
-                logger.warning("whitening keeps %d of %d dimensions: the other %d have (near-)zero variance "
-                               "in the corpus (N=%d sentences)", rank, d, d - rank, n)
-        elif dim > rank:
-            raise ValueError(
-                f"the corpus covariance has only {rank} non-degenerate directions (N={n} sentences, D={d}); "
-                f"cannot whiten to dim={dim}: use dim <= {rank} or a larger corpus"
-            )
-        else:
-            k = dim
-        W = u[:, :k] / np.sqrt(s[:k])  # (D, k): column j scaled by 1/sqrt(s_j)
-        return cls(mu, W, s)
-
-    def truncated(self, dim: int) -> "Whitening":
-        """The same whitening keeping only the first ``dim`` output dimensions (the largest variances);
-        equal to fitting with ``dim`` on the same corpus.
-
-        Raises:
-            ValueError: ``dim`` not in [1, self.dim].
-        """
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= self.dim:
-            raise ValueError(f"dim must be an integer in [1, {self.dim}] (this whitening's output size), got {dim!r}")
-        return Whitening(self.mu, self.W[:, :dim], self.singular_values)
-
-    def transform(self, x) -> np.ndarray:
-        """Whiten ``x`` (M, D) -> float32 (M, k). A 1-D (D,) input gives (k,).
-
-        Raises:
-            ValueError: ``x``'s last dimension is not D, or it has NaN/inf.
-        """
-        arr = _to_numpy(x, "x")
-        single = arr.ndim == 1
-        arr = _as_matrix(arr[None, :] if single else arr, "x", min_rows=0)
-        if arr.shape[1] != self.input_dim:
-            raise ValueError(f"x has {arr.shape[1]} dimensions; this Whitening was fitted on {self.input_dim}")
-        out = ((arr - self.mu) @ self.W).astype(np.float32)
-        return out[0] if single else out
-
-    __call__ = transform
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write ``mu``, ``W`` and ``singular_values`` to an .npz file (suffix added by numpy if absent);
-        returns the path written."""
-        path = Path(path)
-        if path.suffix != ".npz":
-            path = path.with_name(path.name + ".npz")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {"mu": self.mu, "W": self.W}
-        if self.singular_values is not None:
-            arrays["singular_values"] = self.singular_values
-        np.savez(path, **arrays)
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "Whitening":
-        """Read a file written by :meth:`save`.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: the file lacks ``mu`` or ``W`` or their shapes do not match.
-        """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"whitening file {str(path)!r} does not exist")
-        with np.load(path, allow_pickle=False) as data:
-            missing = {"mu", "W"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path} is not a Whitening file: missing {sorted(missing)}")
-            sv = data["singular_values"] if "singular_values" in data.files else None
-            return cls(data["mu"], data["W"], sv)
-
-
-def read_sentences(path: str | os.PathLike, max_sentences: int | None = None) -> list[str]:
-    """Non-blank lines of a UTF-8 text file (one sentence per line), stripped, at most ``max_sentences``.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: the file has no non-blank line, or ``max_sentences`` < 1.
-    """
-    if max_sentences is not None and max_sentences < 1:
-        raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"sentence file {str(p)!r} does not exist")
-    from .inputs import open_text
-
-    out: list[str] = []
-    with open_text(p) as f:  # lines split only at "\n" (simcse.inputs)
-        for line in f:
-            s = line.strip()
-            if s:
-                out.append(s)
-                if max_sentences is not None and len(out) >= max_sentences:
-                    break
-    if not out:
-        raise ValueError(f"sentence file {str(p)!r} has no non-blank line")
-    return out
-
-
-def fit_whitening_on_file(
-    encode: Callable[[list[str]], np.ndarray], path: str | os.PathLike, dim: int | None = None,
-    max_sentences: int | None = None,
-) -> Whitening:
-    """Encode the sentences of a text file (one per line) and fit :class:`Whitening` on them.
-
-    Raises: see :func:`read_sentences` and :meth:`Whitening.fit`.
-    """
-    sentences = read_sentences(path, max_sentences)
-    return Whitening.fit(_encode_checked(encode, sentences), dim=dim)

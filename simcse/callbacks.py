@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from transformers import TrainerCallback
 
-from .analysis import encode_pairs, pairs_alignment_uniformity, read_stsb
+from .analysis import encode_pairs, pairs_alignment_uniformity
+from .evaluation.data import load_stsb
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class AlignUniformCallback(TrainerCallback):
 
     Args:
         every_n_steps: measurement period in optimisation steps (>= 1; the paper plots every 10).
-        data_dir: SentEval ``data/downstream`` folder (see :func:`simcse.analysis.read_stsb`).
+        data_dir: SentEval ``data/downstream`` folder (see :func:`simcse.evaluation.data.load_stsb`).
         split: STS-B split (``"dev"`` default; ``"train"``, ``"test"``, ``"all"``).
         threshold: gold score cut for positives (paper: 4).
         batch_size, max_length: passed to ``model.encode``.
@@ -84,7 +85,7 @@ class AlignUniformCallback(TrainerCallback):
     # -------------------------------------------------------------------------------------- measuring
     def _load(self):
         if self._data is None:
-            pairs = read_stsb(self.data_dir, self.split)
+            pairs = load_stsb(self.data_dir, self.split)
             if not np.any(pairs.scores > self.threshold):
                 raise ValueError(f"STS-B {self.split} has no pair with gold > {self.threshold:g}")
             self._data = pairs

@@ -3,7 +3,7 @@
     simcse encode   --model M --input sentences.txt --output emb.npy [--pooler avg] [--bf16]
     simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
-    simcse export   --model M --output DIR --format sentence-transformers|huggingface
+    simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
     simcse train    ...   # the arguments of scripts/train.py (simcse.train.main)
     simcse evaluate ...   # the arguments of scripts/evaluation.py
 
@@ -80,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--model", "--model_name_or_path", dest="model", required=True)
     x.add_argument("--pooler", default=None)
     x.add_argument("--output", required=True)
-    x.add_argument("--format", choices=["sentence-transformers", "huggingface"], default="sentence-transformers")
+    x.add_argument("--format", choices=["sentence-transformers", "huggingface", "onnx"], default="sentence-transformers",
+                   help="onnx: onnx/simcse.onnx (the whole model, pooler included) for SimCSE(DIR, backend='onnx')")
     x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
+    x.add_argument("--quantize", choices=["int8"], default=None,
+                   help="with --format onnx: also write onnx/simcse_int8.onnx (dynamic int8 quantisation)")
 
     sub.add_parser("train", help="train (arguments of scripts/train.py; 'simcse train --help')", add_help=False)
     sub.add_parser("evaluate", help="SentEval evaluation (arguments of scripts/evaluation.py)", add_help=False)
@@ -232,8 +235,14 @@ def cmd_export(args) -> int:
     from .export import export_huggingface, export_sentence_transformers
     from .modeling import SimCSEModel
 
+    if args.quantize and args.format != "onnx":
+        raise CLIError(f"--quantize needs --format onnx (got --format {args.format})")
     model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler)
-    if args.format == "sentence-transformers":
+    if args.format == "onnx":
+        from .onnx import export_onnx
+
+        out = export_onnx(model, args.output, quantize=args.quantize)
+    elif args.format == "sentence-transformers":
         out = export_sentence_transformers(model, args.output, max_seq_length=args.max_length)
     else:
         out = export_huggingface(model, args.output)

@@ -31,6 +31,46 @@ def _hint(path: Path) -> str:
     return f" (get it with `{script}`)" if script else ""
 
 
+def default_data_file(name: str) -> Path:
+    """Where a data file the download scripts fetch (``wiki1m_for_simcse.txt``, ``nli_for_simcse.csv``) is looked for.
+
+    ``$SIMCSE_DATA_MIRROR/<name>`` when that variable is set and the file exists there, else ``data/<name>``
+    relative to the working directory (where ``bash data/download_*.sh`` puts it). The path is returned even
+    when the file is missing, so the reader's error names it and its download script.
+    """
+    mirror = os.environ.get("SIMCSE_DATA_MIRROR")
+    if mirror and (Path(mirror) / name).is_file():
+        return Path(mirror) / name
+    return Path("data") / name
+
+
+def read_sentences(path: str | os.PathLike, max_sentences: int | None = None) -> list[str]:
+    """Non-blank lines of a UTF-8 text file (one sentence per line), stripped, at most ``max_sentences``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file has no non-blank line, or ``max_sentences`` < 1.
+    """
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"sentence file {str(p)!r} does not exist")
+    from .inputs import open_text
+
+    out: list[str] = []
+    with open_text(p) as f:  # lines split only at "\n" (simcse.inputs)
+        for line in f:
+            s = line.strip()
+            if s:
+                out.append(s)
+                if max_sentences is not None and len(out) >= max_sentences:
+                    break
+    if not out:
+        raise ValueError(f"sentence file {str(p)!r} has no non-blank line")
+    return out
+
+
 def check_train_file(path: str | os.PathLike) -> Path:
     """Return ``path`` as a Path after checking it is a non-empty readable .txt/.csv(.gz) file.
 

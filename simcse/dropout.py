@@ -40,7 +40,7 @@ def cpu_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Inverted dropout of ``x`` (any shape, float dtype) with a :func:`keep_mask` mask; training mode only.
 
     Same law as ``torch.nn.functional.dropout(x, p, training=True)`` (see :func:`keep_mask` for the rounding of
-    ``p``), about half its cost on CPU where mask drawing dominates (docs/performance.md). Off CPU it *is*
+    ``p``), with half as many random draws on CPU (timings in docs/performance.md). Off CPU it *is*
     ``torch.nn.functional.dropout``.
     """
     if p == 0.0:

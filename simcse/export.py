@@ -1,12 +1,14 @@
-"""Export a :class:`SimCSEModel` to other libraries' folder layouts.
+"""Other libraries' folder layouts for a :class:`SimCSEModel`.
 
-* :func:`export_sentence_transformers`: a folder that ``sentence_transformers.SentenceTransformer(folder)``
-  loads and that encodes like our model (Transformer module in the folder root, ``1_Pooling``, and a
-  ``2_Dense`` Linear+Tanh module holding the ``cls`` MLP when the MLP is used at inference). The folder is
-  also a complete simcse folder, so ``SimCSE(folder)`` loads it too.
+* :func:`write_sentence_transformers_files`: the sentence-transformers modules (Transformer in the folder root,
+  ``1_Pooling``, and a ``2_Dense`` Linear+Tanh module holding the ``cls`` MLP when the MLP is used at inference)
+  that :meth:`SimCSEModel.save_pretrained` adds to every saved folder, so ``SentenceTransformer(folder)``
+  loads it and encodes like our model.
+* :func:`export_sentence_transformers`: save + those files with a chosen ``max_seq_length``.
 * :func:`export_huggingface`: a plain HF folder (``AutoModel.from_pretrained``) whose pooler holds the
   ``cls`` MLP, so ``outputs.pooler_output`` is the SimCSE ``cls`` embedding; what the reference project's
-  ``simcse_to_huggingface.py`` produced. It has no simcse files.
+  ``simcse_to_huggingface.py`` produced. It has no simcse or sentence-transformers files.
+* ONNX: :mod:`simcse.onnx`.
 
 sentence-transformers is not needed to export; the file formats written here are the ones its
 ``models.Transformer`` / ``models.Pooling`` / ``models.Dense`` modules read (checked in the tests with the
@@ -44,10 +46,8 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
                                  max_seq_length: int = 128) -> Path:
     """Write ``model`` as a sentence-transformers model folder; return the folder.
 
-    Modules: ``0`` Transformer (folder root), ``1`` Pooling (``cls`` for ``cls``/``cls_before_pooler``,
-    ``mean`` for ``avg``), and for ``cls`` with the MLP used at inference (``mlp_only_train=False``) ``2``
-    Dense(H, H, Tanh) with the MLP's weights. No Normalize module: like :meth:`SimCSEModel.encode` without
-    ``normalize``, embeddings are not unit length (cosine similarity is unaffected).
+    Every folder :meth:`SimCSEModel.save_pretrained` writes is already one (see
+    :func:`write_sentence_transformers_files`); this saves the model and sets ``max_seq_length``.
 
     Args:
         model: a :class:`SimCSEModel` or a folder it loads from.
@@ -56,8 +56,6 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
 
     Raises:
         ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent.
-        simcse.storage.WriteError: disk full, file size limit, read-only or failing storage (files are written
-            into a temporary sibling folder first: ``output_dir`` is left as it was).
     """
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
@@ -67,25 +65,39 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
         )
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
-    from .storage import atomic_folder
+    from .storage import writing
 
     out = Path(output_dir)
-    with atomic_folder(out, "the sentence-transformers export") as tmp:  # whole or not at all
-        _write_sentence_transformers(model, tmp, max_seq_length)
-    if not _mlp_at_inference(model) and (out / "2_Dense").exists():
-        shutil.rmtree(out / "2_Dense")  # a stale Dense module from an earlier export would be loaded
+    with writing("the sentence-transformers export", out.parent):  # save_pretrained is atomic
+        model.save_pretrained(out)  # encoder + tokenizer + simcse files + sentence-transformers modules
+        write_sentence_transformers_files(model, out, max_seq_length=max_seq_length)
     return out
 
 
-def _write_sentence_transformers(model: SimCSEModel, out: Path, max_seq_length: int) -> None:
+def write_sentence_transformers_files(model: SimCSEModel, folder: str | os.PathLike, max_seq_length: int = 128) -> bool:
+    """Write the sentence-transformers module files into a saved model folder; True when ST can load it.
+
+    Modules: ``0`` Transformer (the folder root, written by :meth:`SimCSEModel.save_pretrained`), ``1`` Pooling
+    (``cls`` for ``cls``/``cls_before_pooler``, ``mean`` for ``avg``), and for ``cls`` with the MLP used at
+    inference (``mlp_only_train=False``) ``2`` Dense(H, H, Tanh) holding the MLP's weights. No Normalize module:
+    like :meth:`SimCSEModel.encode` without ``normalize``, embeddings are not unit length.
+
+    ``avg_top2`` / ``avg_first_last`` have no Pooling mode; their Pooling config names the pooler as its mode,
+    so ``SentenceTransformer(folder)`` stops with ``Invalid pooling mode: 'simcse pooler avg_top2 ...'``
+    rather than silently pooling differently (without ``modules.json`` it would fall back to mean pooling).
+    Returns False for them.
+    """
     from safetensors.torch import save_file
 
-    model.save_pretrained(out)  # encoder + tokenizer in the root (the Transformer module) + simcse files
+    out = Path(folder)
     hidden = model.hidden_size
     (out / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": min(max_seq_length, model.max_input_tokens), "do_lower_case": False}, indent=2)
         + "\n")
-    mode = ST_POOLING_MODES[model.pooler_type]
+    supported = model.pooler_type in ST_POOLING_MODES
+    mode = ST_POOLING_MODES.get(model.pooler_type) or (
+        f"simcse pooler {model.pooler_type} (not expressible in sentence-transformers; load this folder with "
+        "simcse.SimCSE or transformers, see README.md)")
     pooling_dir = out / "1_Pooling"
     pooling_dir.mkdir(exist_ok=True)
     pooling_cfg = {
@@ -111,6 +123,8 @@ def _write_sentence_transformers(model: SimCSEModel, out: Path, max_seq_length: 
         save_file({k: v.detach().float().contiguous().cpu() for k, v in weights.items()},
                   str(dense_dir / "model.safetensors"))
         modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    elif dense_dir.exists():
+        shutil.rmtree(dense_dir)  # a stale Dense module from an earlier export would be loaded
     (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
     import transformers
 
@@ -120,6 +134,10 @@ def _write_sentence_transformers(model: SimCSEModel, out: Path, max_seq_length: 
         "default_prompt_name": None,
         "similarity_fn_name": "cosine",
     }, indent=2) + "\n")
+    return supported
+
+
+ST_FILES = ("sentence_bert_config.json", "modules.json", "config_sentence_transformers.json", "1_Pooling", "2_Dense")
 
 
 def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
@@ -130,6 +148,13 @@ def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
             if key in st.keys():
                 return st.get_tensor(key)
     return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike) -> Path:
@@ -145,38 +170,35 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
         ValueError: the ``cls`` MLP is used at inference but the encoder has no pooler of shape (H, H) to
             hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`.
     """
-    from .storage import writing
-
     model = _as_model(model)
     out = Path(output_dir)
-    with writing("the Hugging Face export", out.parent):
-        _write_huggingface(model, out)
+    from .storage import writing
+
+    with writing("the Hugging Face export", out.parent):  # written in a temporary sibling, moved in
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            model.save_pretrained(tmp / "m")
+            saved = tmp / "m"
+            if _mlp_at_inference(model):
+                w = _saved_tensor(saved, "pooler.dense.weight")
+                if w is None or not torch.equal(w.float(), model.mlp.dense.weight.detach().float().cpu()):
+                    raise ValueError(
+                        f"{type(model.encoder).__name__} has no pooler that can hold the cls MLP; a plain HF folder "
+                        "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
+                        "sentence-transformers)"
+                    )
+            simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
+            for name in simcse_files + ("README.md", "simcse_training_args.json"):
+                _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
+            out.mkdir(exist_ok=True)
+            for name in simcse_files:
+                _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder
+            for f in sorted(saved.iterdir()):
+                dest = out / f.name
+                if dest.is_dir():
+                    shutil.rmtree(dest)
+                os.replace(f, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def _write_huggingface(model: SimCSEModel, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        model.save_pretrained(tmp / "m")
-        saved = tmp / "m"
-        if _mlp_at_inference(model):
-            w = _saved_tensor(saved, "pooler.dense.weight")
-            if w is None or not torch.equal(w.float(), model.mlp.dense.weight.detach().float().cpu()):
-                raise ValueError(
-                    f"{type(model.encoder).__name__} has no pooler that can hold the cls MLP; a plain HF folder "
-                    "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
-                    "sentence-transformers)"
-                )
-        for name in (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME):
-            (saved / name).unlink(missing_ok=True)
-        out.mkdir(exist_ok=True)
-        for name in (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME):
-            (out / name).unlink(missing_ok=True)  # stale simcse files would override the plain folder
-        for f in sorted(saved.iterdir()):
-            dest = out / f.name
-            if dest.is_dir():
-                shutil.rmtree(dest)
-            os.replace(f, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Contrastive losses as pure functions of embeddings (paper Section 3, Eq. 1, 4 and 5)."""
+"""The training losses as pure functions of model outputs: InfoNCE of embeddings (paper Section 3, Eq. 1, 4
+and 5) and the auxiliary masked-language-model loss (Appendix D)."""
 from __future__ import annotations
 
 import math
@@ -96,3 +97,19 @@ def info_nce(
             sim = sim + bonus
         logits.append(sim)
     return F.cross_entropy(torch.cat(logits, dim=1), labels)  # logits (B, (1 + len(negs)) * M)
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor, n_masked: int | None = None) -> torch.Tensor:
+    """Masked-LM cross-entropy of ``logits`` (N, L, vocab) against ``labels`` (N, L) int64, -100 = not masked.
+
+    ``n_masked=None``: the mean over the masked tokens. Otherwise the *sum* over them divided by ``n_masked``
+    (e.g. the masked-token count of a whole batch split into chunks, so per-chunk values add up to the batch
+    mean). With nothing masked the result is 0 and keeps ``logits`` in the graph. Computed in float32;
+    returns a float32 scalar (the reference's auxiliary MLM objective, paper Appendix D).
+    """
+    flat = labels.reshape(-1)
+    count = int((flat != -100).sum()) if n_masked is None else n_masked
+    if count == 0 or not (flat != -100).any():
+        return logits.sum() * 0.0
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), flat, ignore_index=-100, reduction="sum")
+    return ce / count

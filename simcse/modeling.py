@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dropout import (  # noqa: F401  (re-exported: simcse.modeling.keep_mask etc. keep working)
+from .dropout import (  # re-exported (see __all__): simcse.modeling.keep_mask etc. keep working
     DROPOUT_SUFFIXES,
     CPUDropout,
     cpu_dropout,
@@ -35,6 +35,12 @@ from .pooling import MLPHead, get_pooler, recorded_pooler
 from .unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SimCSEModel", "SIMCSE_CONFIG_NAME", "MLP_WEIGHTS_NAME", "FORMAT_VERSION", "UNPADDED_ATTENTION",
+    # re-exported from simcse.dropout (DualEncoderModel and SECOND_ENCODER_DIR: lazily, see __getattr__)
+    "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
+]
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
@@ -67,6 +73,22 @@ def _check_model_dir(path: str) -> bool:
     if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
         raise FileNotFoundError(f"model path {path!r} is not a folder with a saved model")
     return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
+
+
+_HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only", "force_download")
+
+
+def _hub_file(repo_id: str, filename: str, hf_kwargs: dict) -> Path | None:
+    """``filename`` of Hub model ``repo_id`` (downloaded, or from the Hub cache when offline), or None when the
+    repository (or, offline, its cached snapshot) has no such file. ``hf_kwargs``: the hub options of
+    :meth:`SimCSEModel.from_pretrained` (``cache_dir``, ``revision``, ``token``...)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo_id, filename, **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS}))
+    except EntryNotFoundError:  # remote: no such file; offline: not in the cached snapshot
+        return None
 
 
 def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
@@ -280,8 +302,8 @@ class SimCSEModel(nn.Module):
         """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
 
         On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
-        layers, LayerNorm and dropout cost the real tokens only (on wiki sentences cut at 32 tokens, about 75%
-        of the padded batch); attention runs per sentence. Outputs equal the padded forward up to float
+        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
+        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
@@ -500,16 +522,19 @@ class SimCSEModel(nn.Module):
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
                         is_main_process: bool = True) -> None:
-        """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors).
+        """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
+        sentence-transformers module files (:func:`simcse.export.write_sentence_transformers_files`) and the
+        model card ``README.md`` (:func:`simcse.model_card.write_model_card`).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
         rename each (:func:`simcse.storage.atomic_folder`), so an interrupted save never leaves a half-written
         weight file in place; a failed write raises :class:`simcse.storage.WriteError`. With
         ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
+        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written.
         """
         from safetensors.torch import save_file
 
-        from .storage import atomic_folder
+        from .storage import atomic_folder, writing
 
         if not is_main_process:
             return
@@ -520,6 +545,13 @@ class SimCSEModel(nn.Module):
             if self.mlp is not None:
                 save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
             (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
+            from .export import write_sentence_transformers_files
+
+            write_sentence_transformers_files(self, tmp)  # the folder is a sentence-transformers folder too
+        from .model_card import write_model_card
+
+        with writing("the model card", save_directory):
+            write_model_card(Path(save_directory), simcse_config=self.simcse_config())  # keeps results/training info
 
     def _save_encoder(self, folder: Path) -> None:
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
@@ -561,6 +593,9 @@ class SimCSEModel(nn.Module):
     ) -> "SimCSEModel":
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, or a hub name.
 
+        For a hub name, ``simcse_config.json`` and ``simcse_mlp.safetensors`` are read from the repository (or
+        the Hub cache offline) like the encoder, so a pushed model comes back with its pooler and MLP.
+
         Args:
             pooler_type: overrides the saved pooler; default: the saved one, else the one a sentence-transformers
                 folder's ``1_Pooling`` records (:func:`simcse.pooling.recorded_pooler`), else ``cls`` with a warning.
@@ -581,7 +616,8 @@ class SimCSEModel(nn.Module):
         if new_mlp_init not in ("encoder_pooler", "random"):
             raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
         is_local = _check_model_dir(path)
-        cfg = cls.read_simcse_config(path) if is_local else None
+        hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
+        cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
         if pooler_type is None:
             if cfg is not None:
                 pooler_type = cfg["pooler_type"]
@@ -596,10 +632,11 @@ class SimCSEModel(nn.Module):
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
         encoder, hf_pooler = _load_encoder(path, trust_remote_code=trust_remote_code, **hf_kwargs)
         hf_dense = _pooler_dense(hf_pooler)
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                  **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
         model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
         if model.mlp is not None:
-            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else None
+            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():
                 from safetensors.torch import load_file
 

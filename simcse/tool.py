@@ -132,7 +132,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 MODEL_KWARGS = ("mlp_only_train", "new_mlp_init", "trust_remote_code", "torch_dtype", "dtype",
                 "attn_implementation", "revision", "cache_dir", "local_files_only", "token", "subfolder",
                 "use_safetensors", "low_cpu_mem_usage", "force_download")
-INIT_ARGS = ("model_name_or_path", "device", "num_cells", "num_cells_in_search", "pooler", "max_length")
+INIT_ARGS = ("model_name_or_path", "device", "num_cells", "num_cells_in_search", "pooler", "max_length", "backend")
 
 
 def _check_model_kwargs(kwargs: dict) -> None:
@@ -226,23 +226,34 @@ class SimCSE:
             default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
         max_length: (keyword-only) default truncation length in tokens for :meth:`encode` (capped at
             :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
+        backend: (keyword-only) ``"torch"`` (default) or ``"onnx"``: onnxruntime on the CPU with a folder written
+            by ``simcse export --format onnx`` (:class:`simcse.onnx.ONNXEncoder`); then ``file_name=
+            "simcse_int8.onnx"`` picks the int8 model and ``num_threads`` sets onnxruntime's threads.
         model_kwargs: (keyword-only) :meth:`SimCSEModel.from_pretrained` options, :data:`MODEL_KWARGS`
-            (``mlp_only_train``, ``torch_dtype``, ``attn_implementation``, ``trust_remote_code``...).
+            (``mlp_only_train``, ``torch_dtype``, ``attn_implementation``, ``trust_remote_code``...); for
+            ``backend="onnx"`` the :class:`~simcse.onnx.ONNXEncoder` options.
 
     Raises:
-        FileNotFoundError: a local folder that is missing or has no weights.
+        FileNotFoundError: a local folder that is missing or has no weights (or no ONNX export).
         TypeError: a keyword argument that is none of the above (the message lists the accepted ones).
-        ValueError: an unknown pooler name; a device this machine does not have; bad ``num_cells``.
+        ValueError: an unknown pooler name or backend; a device this machine does not have (or not the CPU for
+            ``"onnx"``); bad ``num_cells``; a pooler other than the exported one for ``"onnx"``.
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike | SimCSEModel, device: str | torch.device | None = None,
                  num_cells: int = 100, num_cells_in_search: int = 10, pooler: str | None = None, *,
-                 max_length: int = 128, **model_kwargs):
-        _check_model_kwargs(model_kwargs)
+                 max_length: int = 128, backend: str = "torch", **model_kwargs):
+        if backend not in ("torch", "onnx"):
+            raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+        self.backend = backend
+        if backend == "torch":
+            _check_model_kwargs(model_kwargs)
         self.num_cells = self._check_positive(num_cells, "num_cells")
         self.num_cells_in_search = self._check_positive(num_cells_in_search, "num_cells_in_search")
-        self.device = resolve_device(device)  # before the (slow) model load
-        if isinstance(model_name_or_path, SimCSEModel):
+        self.device = resolve_device("cpu" if backend == "onnx" and device is None else device)  # before the load
+        if backend == "onnx":
+            self._load_onnx(model_name_or_path, pooler, model_kwargs)
+        elif isinstance(model_name_or_path, SimCSEModel):
             if pooler is not None and pooler != model_name_or_path.pooler_type:
                 raise ValueError(f"pooler={pooler!r} differs from the given model's {model_name_or_path.pooler_type!r}")
             self.model = model_name_or_path
@@ -258,6 +269,17 @@ class SimCSE:
         self.max_length = self._check_positive(max_length, "max_length")
         self.index = None  # a simcse.index.VectorIndex once build_index/load_index ran
         self.sentences: list[str] = []  # the indexed sentences; position i has index id i
+
+    def _load_onnx(self, path, pooler: str | None, onnx_kwargs: dict) -> None:
+        from .onnx import ONNXEncoder
+
+        if isinstance(path, SimCSEModel):
+            raise ValueError("backend='onnx' loads an exported folder; got a SimCSEModel")
+        self.model = ONNXEncoder(path, **onnx_kwargs)
+        if pooler is not None and pooler != self.model.pooler_type:
+            raise ValueError(f"pooler={pooler!r} differs from the exported graph's {self.model.pooler_type!r}; "
+                             "the ONNX graph holds its pooler (export again with --pooler)")
+        self.model_name_or_path = str(path)
 
     # ---------------------------------------------------------------------------------------- helpers
     @property
@@ -307,8 +329,13 @@ class SimCSE:
         *,
         show_progress: bool | None = None,
         dtype: torch.dtype | None = None,
+        **mteb_kwargs,
     ) -> torch.Tensor | np.ndarray:
         """Embed one sentence or a list of sentences (the reference's ``encode``, same parameter order).
+
+        This is also mteb's encoder protocol: called with an mteb DataLoader and/or mteb's keywords
+        (``task_metadata``, ``hf_split``, ``hf_subset``, ``prompt_type``, ``show_progress_bar``...), it returns
+        unit-length float32 numpy rows (see :func:`simcse.mteb_integration.encode_for_mteb`).
 
         Args:
             sentence: a str, or a sequence of str (list, tuple, 1-d numpy array, pandas Series), each non-blank.
@@ -334,6 +361,10 @@ class SimCSE:
                 a device this machine does not have.
         """
         sentences = sentence
+        if mteb_kwargs or isinstance(sentences, torch.utils.data.DataLoader):
+            from .mteb_integration import encode_for_mteb
+
+            return encode_for_mteb(self, sentences, batch_size=batch_size, **mteb_kwargs)
         items, single = _check_sentences(sentences)
         batch_size = self._check_positive(batch_size, "batch_size")
         max_length = self._check_positive(self.max_length if max_length is None else max_length, "max_length")
@@ -597,22 +628,51 @@ class SimCSE:
                                  f"{self.model_name_or_path}: load that model to search it")
         self.index, self.sentences = index, sentences
 
+    def similarity_pairwise(self, embeddings1, embeddings2) -> np.ndarray:
+        """Row-wise cosine of two (N, H) embedding arrays (numpy or torch): float32 (N,) (mteb's protocol).
+
+        Raises:
+            ValueError: the two arrays have different numbers of rows (or a bad shape, as :meth:`similarity`).
+        """
+        def rows(x):  # (H,) -> (1, H); numpy, torch (any device) or a nested list
+            x = x if isinstance(x, (np.ndarray, torch.Tensor)) else np.asarray(x)
+            return x.reshape(1, -1) if x.ndim == 1 else x
+
+        a, _ = self._vectors(rows(embeddings1), "embeddings1")
+        b, _ = self._vectors(rows(embeddings2), "embeddings2")
+        if len(a) != len(b):
+            raise ValueError(f"embeddings1 has {len(a)} rows but embeddings2 has {len(b)}; expected the same")
+        return (a * b).sum(axis=1)
+
+    @property
+    def mteb_model_meta(self):
+        """mteb's ``ModelMeta`` for this model (needs ``mteb``; see :func:`simcse.mteb_integration.model_meta`)."""
+        from .mteb_integration import model_meta
+
+        return model_meta(self)
+
     # ------------------------------------------------------------------------------------------ export
+    def _torch_model(self, what: str) -> SimCSEModel:
+        if not isinstance(self.model, SimCSEModel):
+            raise ValueError(f"{what} needs the torch backend; this tool runs an ONNX graph ({self.model_name_or_path})")
+        return self.model
+
     def save_pretrained(self, folder: str | os.PathLike) -> None:
         """Save the model in simcse's format (:meth:`SimCSEModel.save_pretrained`)."""
-        self.model.save_pretrained(folder)
+        self._torch_model("save_pretrained").save_pretrained(folder)
 
     def export_sentence_transformers(self, folder: str | os.PathLike, max_seq_length: int | None = None) -> Path:
         """Write a sentence-transformers model folder (see :func:`simcse.export.export_sentence_transformers`)."""
         from .export import export_sentence_transformers
 
-        return export_sentence_transformers(self.model, folder, max_seq_length=max_seq_length or self.max_length)
+        return export_sentence_transformers(self._torch_model("export_sentence_transformers"), folder,
+                                            max_seq_length=max_seq_length or self.max_length)
 
     def export_huggingface(self, folder: str | os.PathLike) -> Path:
         """Write a plain HF model folder (see :func:`simcse.export.export_huggingface`)."""
         from .export import export_huggingface
 
-        return export_huggingface(self.model, folder)
+        return export_huggingface(self._torch_model("export_huggingface"), folder)
 
     def __repr__(self) -> str:
         n = self.index.ntotal if self.index is not None else 0

@@ -1,8 +1,8 @@
 """Training entry point (``python scripts/train.py ...`` or ``simcse train ...``).
 
 Arguments: :class:`~simcse.arguments.ModelArguments`, :class:`~simcse.arguments.DataTrainingArguments` and
-HF ``TrainingArguments``. A first argument ending in ``.json`` is a config whose keys are used as defaults;
-command-line options after it override them.
+HF ``TrainingArguments``. A first argument ending in ``.json`` is a config (:func:`simcse.config.load_config`,
+which resolves its ``base`` chain) whose keys are used as defaults; command-line options after it override them.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import logging
 import sys
 from pathlib import Path
+
+from .config import ConfigError, load_config, resolve_model_name
 
 logger = logging.getLogger("simcse.train")
 
@@ -31,14 +33,9 @@ def parse_args(argv: list[str]):
     parser.error = one_line_error
     if argv and argv[0].endswith(".json"):
         try:
-            with open(argv[0], encoding="utf-8") as f:
-                cfg = json.load(f)
-        except OSError as e:
-            raise SetupError(f"cannot read config file {argv[0]!r}: {e.strerror or e}") from e
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SetupError(f"config file {argv[0]!r} is not valid JSON: {e}") from e
-        if not isinstance(cfg, dict):
-            raise SetupError(f"config file {argv[0]!r} must hold a JSON object of option: value, got {type(cfg).__name__}")
+            cfg = load_config(argv[0])
+        except ConfigError as e:
+            raise SetupError(str(e)) from e
         prefix = []
         for key, value in cfg.items():
             if key.startswith("_"):
@@ -57,6 +54,74 @@ def parse_args(argv: list[str]):
     return model_args, data_args, training_args
 
 
+def _load_model(model_args, dropout: float | None):
+    """The :class:`~simcse.modeling.SimCSEModel` to train (``--dropout`` applied to its config before loading)."""
+    from .dropout import encoder_config_with_dropout
+    from .modeling import SimCSEModel
+
+    model_args.model_name_or_path = resolve_model_name(model_args.model_name_or_path)
+    hf_kwargs = {}
+    if model_args.attn_implementation is not None:
+        hf_kwargs["attn_implementation"] = model_args.attn_implementation
+    if dropout is not None:
+        hf_kwargs["config"], names = encoder_config_with_dropout(
+            model_args.model_name_or_path, dropout, trust_remote_code=model_args.trust_remote_code)
+        logger.info("dropout p=%g set on config attributes %s", dropout, names)
+    return SimCSEModel.from_pretrained(
+        model_args.model_name_or_path,
+        pooler_type=model_args.pooler_type,
+        mlp_only_train=model_args.mlp_only_train,
+        new_mlp_init="random",
+        trust_remote_code=model_args.trust_remote_code,
+        **hf_kwargs,
+    )
+
+
+def _load_dataset(data_args, seed: int):
+    """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--objective``)."""
+    from .data import load_next_sentence_dataset, load_sentence_dataset
+
+    if data_args.objective != "simcse":
+        return load_next_sentence_dataset(data_args.train_file, data_args.objective, seed=seed,
+                                          max_train_samples=data_args.max_train_samples)
+    return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative)
+
+
+def _make_collator(model_args, data_args, training_args, tok):
+    """The (B, V, L) collator, wrapped in the augmenting collator when ``--augmentation`` is not ``none``."""
+    from .data import ContrastiveCollator
+
+    collator = ContrastiveCollator(
+        pad_token_id=tok.pad_token_id or 0,
+        max_seq_length=data_args.max_seq_length,
+        pad_to_max_length=data_args.pad_to_max_length,
+        mlm_probability=model_args.mlm_probability if model_args.do_mlm else None,
+        mask_token_id=tok.mask_token_id,
+        vocab_size=len(tok),
+        special_ids=tuple(tok.all_special_ids),
+        seed=training_args.seed,
+    )
+    augmentation = model_args.augmentation
+    if augmentation == "none":
+        return collator
+    from .augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
+
+    if augmentation == "mlm":
+        try:
+            mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+        except (ValueError, OSError) as e:
+            raise SetupError(str(e)) from e
+        replacer = MLMReplacer(mlm, tok.mask_token_id, tok.all_special_ids, model_args.augmentation_ratio)
+        collator = AugmentingCollator(tok, collator, data_args.max_seq_length, token_augment=replacer, seed=training_args.seed)
+    else:
+        collator = AugmentingCollator(tok, collator, data_args.max_seq_length,
+                                      word_augment=word_augmenter(augmentation, model_args.augmentation_ratio),
+                                      seed=training_args.seed)
+    logger.info("augmentation %s (ratio %g) on the positive view, dropout %s", augmentation,
+                model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
+    return collator
+
+
 def build(model_args, data_args, training_args):
     """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet).
 
@@ -66,10 +131,8 @@ def build(model_args, data_args, training_args):
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
     from .callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
-    from .data import ContrastiveCollator, load_next_sentence_dataset, load_sentence_dataset, tokenize_dataset
-    from .dropout import encoder_config_with_dropout
+    from .data import tokenize_dataset
     from .dual_encoder import DualEncoderModel
-    from .modeling import SimCSEModel
     from .trainer import SimCSETrainer
 
     augmentation = model_args.augmentation
@@ -82,27 +145,8 @@ def build(model_args, data_args, training_args):
             from .evaluation import resolve_senteval_dir
 
             data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
-        hf_kwargs = {}
-        if model_args.attn_implementation is not None:
-            hf_kwargs["attn_implementation"] = model_args.attn_implementation
-        if dropout is not None:
-            hf_kwargs["config"], names = encoder_config_with_dropout(
-                model_args.model_name_or_path, dropout, trust_remote_code=model_args.trust_remote_code)
-            logger.info("dropout p=%g set on config attributes %s", dropout, names)
-        model = SimCSEModel.from_pretrained(
-            model_args.model_name_or_path,
-            pooler_type=model_args.pooler_type,
-            mlp_only_train=model_args.mlp_only_train,
-            new_mlp_init="random",
-            trust_remote_code=model_args.trust_remote_code,
-            **hf_kwargs,
-        )
-        if data_args.objective != "simcse":
-            ds, columns = load_next_sentence_dataset(data_args.train_file, data_args.objective,
-                                                     seed=training_args.seed, max_train_samples=data_args.max_train_samples)
-        else:
-            ds, columns = load_sentence_dataset(data_args.train_file, data_args.max_train_samples,
-                                                neutral=data_args.neutral_as_negative)
+        model = _load_model(model_args, dropout)
+        ds, columns = _load_dataset(data_args, training_args.seed)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
     limit = model.max_input_tokens
@@ -138,33 +182,7 @@ def build(model_args, data_args, training_args):
         raise SetupError(f"train_file {data_args.train_file!r} gives 1 usable example; InfoNCE needs at least 2 "
                          "(or a hard-negative column)")
     _drop_one_row_last_batch(len(ds), len(columns), training_args)
-    tok = model.tokenizer
-    collator = ContrastiveCollator(
-        pad_token_id=tok.pad_token_id or 0,
-        max_seq_length=data_args.max_seq_length,
-        pad_to_max_length=data_args.pad_to_max_length,
-        mlm_probability=model_args.mlm_probability if model_args.do_mlm else None,
-        mask_token_id=tok.mask_token_id,
-        vocab_size=len(tok),
-        special_ids=tuple(tok.all_special_ids),
-        seed=training_args.seed,
-    )
-    if augmentation != "none":
-        from .augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
-
-        if augmentation == "mlm":
-            try:
-                mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
-            except (ValueError, OSError) as e:
-                raise SetupError(str(e)) from e
-            replacer = MLMReplacer(mlm, tok.mask_token_id, tok.all_special_ids, model_args.augmentation_ratio)
-            collator = AugmentingCollator(tok, collator, data_args.max_seq_length, token_augment=replacer, seed=training_args.seed)
-        else:
-            collator = AugmentingCollator(tok, collator, data_args.max_seq_length,
-                                          word_augment=word_augmenter(augmentation, model_args.augmentation_ratio),
-                                          seed=training_args.seed)
-        logger.info("augmentation %s (ratio %g) on the positive view, dropout %s", augmentation,
-                    model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
+    collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
     if augmentation != "none" or model_args.do_mlm:
         from .data import KeyedDataset
 
@@ -296,7 +314,7 @@ def main(argv: list[str] | None = None) -> dict:
     from .storage import WriteError
 
     try:
-        return _run(trainer, argv, data_args, training_args)
+        return _run(trainer, argv, model_args, data_args, training_args)
     except WriteError as e:
         last = _last_checkpoint(training_args.output_dir)
         hint = f"; the last complete checkpoint is kept; resume with: {resume_command(argv, last)}" if last else ""
@@ -318,7 +336,7 @@ def _stopped_by_signal(trainer, argv, training_args) -> bool:
     return True
 
 
-def _run(trainer, argv, data_args, training_args) -> dict:
+def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     from .callbacks import EXIT_PREEMPTED
     from .storage import writing
 
@@ -330,9 +348,9 @@ def _run(trainer, argv, data_args, training_args) -> dict:
     if _stopped_by_signal(trainer, argv, training_args):
         sys.exit(EXIT_PREEMPTED)
     m = out.metrics
-    sentences = m.get("train_samples_per_second", 0.0)
+    examples_per_s = m.get("train_samples_per_second", 0.0)
     print(f"[simcse] trained {out.global_step} steps in {m.get('train_runtime', 0.0):.0f} s "
-          f"({sentences:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
+          f"({examples_per_s:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     with writing("the trained model", training_args.output_dir):
         trainer.save_model(training_args.output_dir)
@@ -351,10 +369,16 @@ def _run(trainer, argv, data_args, training_args) -> dict:
         }
         _print_metrics("after training (test)", results["test"])
     if training_args.should_save:
+        from .model_card import card_after_training
         from .storage import write_text_atomic
 
         write_text_atomic(Path(training_args.output_dir) / "simcse_results.json", json.dumps(results, indent=2),
                           what="the results (simcse_results.json)")
+        with writing("the model card", training_args.output_dir):
+            card_after_training(training_args.output_dir, (model_args, data_args, training_args), results,
+                                model_name=training_args.hub_model_id if training_args.push_to_hub else None)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
     return results
 
 

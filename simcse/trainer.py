@@ -25,7 +25,7 @@ from transformers import Trainer
 
 from .distributed import all_gather_with_grad, world_info
 from .gradcache import cuda_devices_of, grad_cache_step, split_chunks
-from .losses import info_nce
+from .losses import info_nce, mlm_loss
 from .storage import WriteError, writing
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -218,13 +218,7 @@ class SimCSETrainer(Trainer):
         logits = self.accelerator.unwrap_model(model).mlm_logits(
             inputs["mlm_input_ids"].reshape(rows, -1), flat["attention_mask"], **mlm_kwargs
         )  # (rows, L, vocab)
-        mlm_labels = inputs["mlm_labels"].reshape(-1)
-        count = int((mlm_labels != -100).sum()) if n_masked is None else n_masked
-        if count == 0 or not (mlm_labels != -100).any():
-            return logits.sum() * 0.0
-        ce = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), mlm_labels,
-                                               ignore_index=-100, reduction="sum")
-        return ce / count
+        return mlm_loss(logits, inputs["mlm_labels"].reshape(rows, -1), n_masked=n_masked)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         z = self._embed(model, inputs)  # (B, V, H)
@@ -353,6 +347,14 @@ class SimCSETrainer(Trainer):
             save_file(head, os.path.join(output_dir, MLM_HEAD_NAME))
         with open(os.path.join(output_dir, "training_args.json"), "w") as f:
             f.write(self.args.to_json_string())
+
+    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
+        """Hook of ``Trainer.push_to_hub``: write simcse's card (:mod:`simcse.model_card`) instead of HF's."""
+        if not self.is_world_process_zero():
+            return
+        from .model_card import write_model_card
+
+        write_model_card(self.args.output_dir, model_name=self.args.hub_model_id or model_name)
 
     def _get_output_dir(self, trial) -> str:
         # While _save_checkpoint stages a checkpoint, HF's run folder is the staging folder (see there).

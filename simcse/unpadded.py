@@ -90,8 +90,8 @@ def _attention_core(query, key, value, key_mask, dropout: float, scaling: float 
     """softmax(q k^T * scaling, keys masked by ``key_mask``) -> dropout -> @ v, for (N, h, L, d) tensors.
 
     On CPU with dropout, plain matmul / softmax / dropout (as transformers' eager attention): torch's SDPA
-    has no fused CPU kernel with dropout, and its fallback spends more on mask handling (measured ~10% of a
-    bf16 step on MiniLM, docs/performance.md). Otherwise SDPA (its fused kernels).
+    has no fused CPU kernel with dropout, and its fallback spends more on mask handling (timings in
+    docs/performance.md). Otherwise SDPA (its fused kernels).
     """
     if dropout > 0 and query.device.type == "cpu":
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5

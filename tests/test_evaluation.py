@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from conftest import load_script
+from conftest import fake_encode, load_script, write_senteval
+from simcse.evaluation import data as D
 from simcse.evaluation import (
     TASKS,
     cosine_similarity,
@@ -20,29 +20,11 @@ from simcse.evaluation import (
     resolve_senteval_dir,
     table_values,
 )
-from simcse.evaluation import data as D
 from simcse.evaluation.sts import score_sts
 from simcse.evaluation.transfer import ClassifierConfig, inner_kfold, kfold_then_test
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_DATA = Path(os.environ.get("SIMCSE_DATA_MIRROR", REPO.parent / "shared" / "data")) / "senteval" / "downstream"
-
-FILLER = "the a of cat dog house tree car road blue red small big runs sits walks".split()
-
-
-# ----------------------------------------------------------------------------------- fake encoder
-def word_vec(word: str, dim: int = 24) -> np.ndarray:
-    return np.random.default_rng(zlib.crc32(word.encode())).standard_normal(dim)
-
-
-def fake_encode(sentences) -> np.ndarray:
-    """Bag of random word vectors (deterministic per word); never a zero vector."""
-    out = np.zeros((len(sentences), 24))
-    for i, s in enumerate(sentences):
-        for w in s.split():
-            out[i] += word_vec(w)
-        out[i] += word_vec("<bias>") * 1e-3
-    return out
 
 
 class CountingEncoder:
@@ -56,76 +38,6 @@ class CountingEncoder:
 
 def cos_loop(a, b) -> float:
     return float(sum(x * y for x, y in zip(a, b)) / (np.sqrt(sum(x * x for x in a)) * np.sqrt(sum(y * y for y in b))))
-
-
-# ----------------------------------------------------------------------------------- fake data
-def _sentence(rng, extra: str = "", n: int = 5) -> str:
-    return " ".join([*rng.choice(FILLER, size=n), *([extra] if extra else [])])
-
-
-def _pairs(rng, n: int):
-    return [(_sentence(rng), _sentence(rng)) for _ in range(n)], np.round(rng.uniform(0, 5, n), 2)
-
-
-def write_senteval(root: Path, seed: int = 0, with_empty_gold: bool = True) -> Path:
-    """A complete, tiny SentEval downstream folder; returns ``root``."""
-    rng = np.random.default_rng(seed)
-    truth: dict = {}
-    for year, subsets in D.STS_SUBSETS.items():
-        folder = root / "STS" / f"{year}-en-test"
-        folder.mkdir(parents=True)
-        for k, sub in enumerate(subsets):
-            pairs, gold = _pairs(rng, 8 + k)
-            gold_lines = [f"{g:.2f}" for g in gold]
-            if with_empty_gold and year in ("STS15", "STS16"):
-                gold_lines[1] = ""  # unscored pair: must be skipped
-            (folder / f"STS.input.{sub}.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
-            (folder / f"STS.gs.{sub}.txt").write_text("".join(f"{g}\n" for g in gold_lines))
-            truth[(year, sub)] = [(a, b, float(g)) for (a, b), g in zip(pairs, gold_lines) if g != ""]
-    stsb = root / "STS" / "STSBenchmark"
-    stsb.mkdir(parents=True)
-    for split in ("train", "dev", "test"):
-        pairs, gold = _pairs(rng, 12)
-        (stsb / f"sts-{split}.csv").write_text(
-            "".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{g}\t{a}\t{b}\n" for i, ((a, b), g) in enumerate(zip(pairs, gold)))
-        )
-        truth[("STSBenchmark", split)] = [(a, b, float(g)) for (a, b), g in zip(pairs, gold)]
-    sick = root / "SICK"
-    sick.mkdir()
-    for split, name in (("train", "SICK_train.txt"), ("dev", "SICK_trial.txt"), ("test", "SICK_test_annotated.txt")):
-        pairs, gold = _pairs(rng, 10)
-        lines = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
-        lines += [f"{i}\t{a}\t{b}\t{g}\tNEUTRAL" for i, ((a, b), g) in enumerate(zip(pairs, gold))]
-        (sick / name).write_text("\n".join(lines) + "\n")
-        truth[("SICKRelatedness", split)] = [(a, b, float(g)) for (a, b), g in zip(pairs, gold)]
-    for task, (sub, pos, neg) in D.BINARY_FILES.items():
-        (root / sub).mkdir()
-        # separable by one word, with 2 label-noise lines per class so accuracy is not trivially 100
-        (root / sub / pos).write_bytes("".join(_sentence(rng, "good" if i > 1 else "bad") + " caf\xe9\n" for i in range(30)).encode("latin-1"))
-        (root / sub / neg).write_bytes("".join(_sentence(rng, "bad" if i > 1 else "good") + "\n" for i in range(30)).encode("latin-1"))
-    sst = root / "SST" / "binary"
-    sst.mkdir(parents=True)
-    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
-        ys = rng.integers(0, 2, n)
-        ys[:2] = [0, 1]
-        (sst / f"sentiment-{split}").write_text("".join(f"{_sentence(rng, 'good' if y else 'bad')}\t{y}\n" for y in ys))
-    trec = root / "TREC"
-    trec.mkdir()
-    for name, n in (("train_5500.label", 60), ("TREC_10.label", 24)):
-        rows = [f"{c}:fine {_sentence(rng, c.lower())}" for i in range(n) for c in [D.TREC_CLASSES[i % 6]]]
-        (trec / name).write_bytes(("\n".join(rows) + "\n").encode("latin-1"))
-    mrpc = root / "MRPC"
-    mrpc.mkdir()
-    for name, n in (("msr_paraphrase_train.txt", 40), ("msr_paraphrase_test.txt", 20)):
-        rows = ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
-        for i in range(n):
-            a = _sentence(rng)
-            y = i % 2
-            b = a if y else _sentence(rng)
-            rows.append(f"{y}\t{i}\t{i + 1000}\t{a}\t{b}")
-        (mrpc / name).write_text("\n".join(rows) + "\n")
-    (root / "truth.json").write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in truth.items()}))
-    return root
 
 
 @pytest.fixture(scope="module")

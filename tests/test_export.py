@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES
+from conftest import SENTENCES, perturbed_model
 from simcse.export import export_huggingface, export_sentence_transformers
 from simcse.modeling import SimCSEModel
 from simcse.tool import SimCSE
@@ -13,14 +13,7 @@ from simcse.tool import SimCSE
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 
-def _model(folder, pooler, mlp_only_train=False, seed=0):
-    m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
-                                    new_mlp_init="random")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # spread the tiny random model's outputs so that a wrong module would show
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g))
-    return m
+_model = perturbed_model
 
 
 def _st_encode(folder, sentences):
@@ -104,6 +97,7 @@ def test_huggingface_export_pooler_holds_mlp(tmp_path, request, arch):
     ours = model.encode(SENTENCES)
     out = export_huggingface(model, tmp_path / "hf")
     assert not (out / "simcse_config.json").exists() and not (out / "simcse_mlp.safetensors").exists()
+    assert not (out / "modules.json").exists() and not (out / "README.md").exists()  # no simcse card or ST files
     hf, tok = AutoModel.from_pretrained(str(out)).eval(), AutoTokenizer.from_pretrained(str(out))
     with torch.no_grad():
         pooled = hf(**tok(SENTENCES, padding=True, return_tensors="pt")).pooler_output.numpy()

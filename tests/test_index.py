@@ -12,13 +12,13 @@ needs_faiss = pytest.mark.skipif(not faiss_available(), reason="faiss not instal
 D = 16
 
 
-def _unit(rng, n, d=D):
+def unit_vector(rng, n, d=D):
     x = rng.standard_normal((n, d)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def _clustered(rng, n_clusters=8, per=60, d=D, noise=0.15):
-    centres = _unit(rng, n_clusters, d)
+    centres = unit_vector(rng, n_clusters, d)
     x = np.repeat(centres, per, axis=0) + noise * rng.standard_normal((n_clusters * per, d)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -35,7 +35,7 @@ def _naive_top_k(data, q, k):
 
 def test_numpy_index_matches_naive_loop():
     rng = np.random.default_rng(0)
-    data, q = _unit(rng, 200), _unit(rng, 7)
+    data, q = unit_vector(rng, 200), unit_vector(rng, 7)
     ix = NumpyIndex(D)
     ix.add(data[:50])
     ix.add(data[50:])  # two adds: ids continue
@@ -56,7 +56,7 @@ def test_numpy_ties_broken_by_id_and_k_capped():
 @needs_faiss
 def test_faiss_flat_equals_numpy():
     rng = np.random.default_rng(1)
-    data, q = _unit(rng, 300), _unit(rng, 9)
+    data, q = unit_vector(rng, 300), unit_vector(rng, 9)
     a, b = NumpyIndex(D), FaissFlatIndex(D)
     for ix in (a, b):
         ix.add(data)
@@ -69,7 +69,7 @@ def test_faiss_flat_equals_numpy():
 @needs_faiss
 def test_ivf_scores_are_inner_products_and_full_probe_is_exact():
     rng = np.random.default_rng(2)
-    data, q = _clustered(rng), _unit(rng, 10)
+    data, q = _clustered(rng), unit_vector(rng, 10)
     ivf = FaissIVFIndex(D, nlist=8, nprobe=8)
     ivf.add(data)
     s, i = ivf.search(q, 5)
@@ -110,7 +110,7 @@ def test_ivf_streaming_trains_once_on_the_first_vectors():
 @needs_faiss
 def test_ivf_small_untrained_index_trains_on_search():
     rng = np.random.default_rng(5)
-    data = _unit(rng, 12)
+    data = unit_vector(rng, 12)
     ivf = FaissIVFIndex(D)
     ivf.add(data)
     s, i = ivf.search(data[3], 12)
@@ -142,7 +142,7 @@ def test_empty_and_bad_input():
                                   pytest.param("faiss_ivf", marks=needs_faiss)])
 def test_save_load_round_trip(tmp_path, kind):
     rng = np.random.default_rng(6)
-    data, q = _clustered(rng), _unit(rng, 4)
+    data, q = _clustered(rng), unit_vector(rng, 4)
     ix = {"numpy": lambda: NumpyIndex(D), "faiss_flat": lambda: FaissFlatIndex(D),
           "faiss_ivf": lambda: FaissIVFIndex(D, nlist=4, nprobe=2)}[kind]()
     ix.add(data)

@@ -103,7 +103,7 @@ def test_training_text_cache_follows_the_file(tmp_path):
 
 
 def test_evaluation_and_analysis_readers(five_lines, tmp_path):
-    from simcse.analysis import read_sentences
+    from simcse.data import read_sentences
     from simcse.evaluation.data import read_sts_subset
 
     assert read_sentences(five_lines) == [s.strip() for s in LINES]

@@ -1,3 +1,4 @@
+"""simcse.losses: InfoNCE against a loop (Eq. 1, 4, 5, more negative sets), its numerics and its errors."""
 import math
 
 import pytest
@@ -70,18 +71,6 @@ def test_temperature_scales_logits():
         assert info_nce(z1, z1.clone(), temp=temp).item() == pytest.approx(math.log1p(math.exp(-1 / temp)), rel=1e-3)
 
 
-def test_logits_in_float32_under_bf16():
-    z = torch.randn(8, 16).to(torch.bfloat16)
-    loss = info_nce(z, z + 0.01 * torch.randn(8, 16).to(torch.bfloat16))
-    assert loss.dtype == torch.float32 and torch.isfinite(loss)
-
-
-def test_extreme_embeddings_stay_finite():
-    z = torch.full((4, 8), 1e30)
-    assert torch.isfinite(info_nce(z, z.clone()))
-    assert torch.isfinite(info_nce(torch.zeros(4, 8), torch.zeros(4, 8)))
-
-
 @pytest.mark.parametrize("kwargs, match", [
     ({"temp": 0.0}, "temp"), ({"temp": -1.0}, "temp"), ({"temp": float("nan")}, "temp"),
     ({"hard_negative_weight": -0.5}, "hard_negative_weight"),
@@ -99,3 +88,83 @@ def test_single_sentence_batch_is_an_error():
 def test_shape_mismatch():
     with pytest.raises(ValueError, match="z1 and z2"):
         info_nce(torch.randn(3, 4), torch.randn(3, 5))
+
+
+# ------------------------------------------------------------------------------------------ 6. numerics
+def test_fp16_and_bf16_inputs_give_float32_finite_loss_and_grads():
+    from simcse.losses import info_nce
+
+    torch.manual_seed(0)
+    for dtype in (torch.float16, torch.bfloat16):
+        z1 = torch.randn(16, 32).to(dtype).requires_grad_(True)
+        z2 = (z1.detach() + 0.01 * torch.randn(16, 32).to(dtype)).requires_grad_(True)
+        z3 = torch.randn(16, 32).to(dtype)
+        for temp in (0.05, 1e-4):  # 1/temp = 10,000 would overflow fp16 (max 65504) after a few products
+            loss = info_nce(z1, z2, z3, temp=temp)
+            assert loss.dtype == torch.float32 and torch.isfinite(loss), (dtype, temp)
+            g1, g2 = torch.autograd.grad(loss, (z1, z2))
+            assert torch.isfinite(g1).all() and torch.isfinite(g2).all()
+        ref = info_nce(z1.detach().float(), z2.detach().float(), z3.float())
+        assert info_nce(z1, z2, z3).item() == pytest.approx(ref.item(), abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_logits_stay_float32_under_autocast(dtype):
+    """Under autocast the matmul of the cosine logits would run in half precision (bf16 resolves a logit of
+    20 only to steps of 0.125); it must equal the float32 computation."""
+    from simcse.losses import cosine_logits, info_nce
+
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 16), torch.randn(8, 16)
+    want = cosine_logits(a, b, 0.05)
+    with torch.autocast(device_type="cpu", dtype=dtype):
+        got = cosine_logits(a, b, 0.05)
+        loss = info_nce(a, b, temp=0.05)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert loss.item() == pytest.approx(info_nce(a, b, temp=0.05).item(), abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_extreme_embeddings_keep_loss_and_grads_finite(dtype):
+    from simcse.losses import info_nce
+
+    big = torch.finfo(dtype).max / 2
+    torch.manual_seed(0)
+    cases = {
+        "all equal": torch.ones(8, 16),
+        "all zero": torch.zeros(8, 16),
+        "huge norms": torch.randn(8, 16).sign() * big,
+        "huge and tiny rows": torch.cat([torch.full((4, 16), big), torch.full((4, 16), 1e-30)]),
+    }
+    for name, z in cases.items():
+        z = z.to(dtype).requires_grad_(True)
+        for temp in (0.05, 1e-4):
+            loss = info_nce(z, z.detach().clone(), z.detach().flip(0), temp=temp)
+            (g,) = torch.autograd.grad(loss, z)
+            assert torch.isfinite(loss), (name, dtype, temp)
+            # The gradient with respect to a (near-)zero embedding is ~1/eps = 1e8 times the upstream one
+            # (cosine is undefined at 0; nn.CosineSimilarity, used by the reference, behaves the same): finite
+            # in float32/bf16, but it overflows float16 -- fp16 AMP's GradScaler then skips that step.
+            if not (dtype == torch.float16 and name == "huge and tiny rows"):
+                assert torch.isfinite(g).all(), (name, dtype, temp)
+    # equal embeddings: every logit equal, so the loss is log(number of candidates)
+    z = torch.ones(8, 16, dtype=dtype)
+    assert info_nce(z, z).item() == pytest.approx(math.log(8), abs=1e-5)
+    assert info_nce(z, z, z).item() == pytest.approx(math.log(16), abs=1e-5)
+
+
+def test_mlm_loss_mean_chunk_sums_and_nothing_masked():
+    from simcse.losses import mlm_loss
+
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(4, 6, 11, generator=g, requires_grad=True)
+    labels = torch.full((4, 6), -100)
+    labels[0, 1], labels[1, 3], labels[3, 0], labels[3, 5] = 2, 7, 10, 0
+    masked = labels != -100
+    want = -torch.log_softmax(logits, -1)[masked].gather(1, labels[masked][:, None]).mean()
+    assert mlm_loss(logits, labels).item() == pytest.approx(want.item(), rel=1e-6)
+    halves = mlm_loss(logits[:2], labels[:2], n_masked=4) + mlm_loss(logits[2:], labels[2:], n_masked=4)
+    assert halves.item() == pytest.approx(want.item(), rel=1e-6)  # chunks add up to the batch mean
+    none = mlm_loss(logits, torch.full((4, 6), -100))
+    assert none.item() == 0.0 and none.requires_grad

@@ -1,64 +1,17 @@
+"""simcse.modeling: the MLP head, the encoder's own pooler, dropout views, save/load, encode order, load errors."""
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, make_tiny_model
+from conftest import SENTENCES, make_tiny_model, tokenize
 from simcse.modeling import SimCSEModel
-from simcse.pooling import POOLERS, get_pooler
-
-ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
-
-
-def _batch(model, sentences, pad_to=None):
-    kw = {"padding": "max_length", "max_length": pad_to} if pad_to else {"padding": True}
-    return model.tokenizer(sentences, return_tensors="pt", **kw)
-
-
-def test_registry_names_and_unknown():
-    assert sorted(POOLERS) == sorted(ALL_POOLERS)
-    with pytest.raises(ValueError, match="avg_first_last"):
-        get_pooler("mean")
-
-
-@pytest.mark.parametrize("arch", ["bert", "roberta"])
-@pytest.mark.parametrize("pooler", ALL_POOLERS)
-def test_pooler_shapes_and_padding_invariance(tmp_path_factory, arch, pooler, request):
-    folder = request.getfixturevalue(f"tiny_{arch}_dir")
-    model = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler).eval()
-    with torch.no_grad():
-        short = model(**_batch(model, SENTENCES[:3]))
-        padded = model(**_batch(model, SENTENCES[:3], pad_to=40))
-    assert short.shape == (3, 32) and short.dtype == torch.float32
-    # attention masks keep padding out of every pooler (cls reads position 0 only)
-    torch.testing.assert_close(short, padded, rtol=1e-4, atol=1e-5)
-
-
-def test_poolers_against_manual_computation(tiny_bert_dir):
-    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").eval()
-    batch = _batch(model, SENTENCES[:2])
-    with torch.no_grad():
-        hs = model.encoder(**batch, output_hidden_states=True).hidden_states
-        m = batch["attention_mask"]
-        for i in range(2):
-            n = int(m[i].sum())
-            expect = {
-                "avg": hs[-1][i, :n].mean(0),
-                "avg_top2": ((hs[-1][i, :n] + hs[-2][i, :n]) / 2).mean(0),
-                "avg_first_last": ((hs[1][i, :n] + hs[-1][i, :n]) / 2).mean(0),
-                "cls_before_pooler": hs[-1][i, 0],
-            }
-            for name, vec in expect.items():
-                p = get_pooler(name)
-                got = p.fn(hs[-1], m, hs)[i]
-                torch.testing.assert_close(got, vec, rtol=1e-5, atol=1e-6)
 
 
 def test_cls_uses_mlp_and_mlp_only_train(tiny_bert_dir):
     model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="cls", mlp_only_train=True)
-    model.encoder.config.hidden_dropout_prob = 0.0
-    batch = _batch(model, SENTENCES[:2])
+    batch = tokenize(model, SENTENCES[:2])
     with torch.no_grad():
         model.eval()
         raw = model(**batch)
@@ -73,7 +26,7 @@ def test_plain_hf_cls_uses_encoder_pooler(tiny_bert_dir):
 
     model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="cls").eval()
     hf = AutoModel.from_pretrained(str(tiny_bert_dir)).eval()
-    batch = _batch(model, SENTENCES[:3])
+    batch = tokenize(model, SENTENCES[:3])
     with torch.no_grad():
         torch.testing.assert_close(model(**batch), hf(**batch).pooler_output)
 
@@ -81,7 +34,7 @@ def test_plain_hf_cls_uses_encoder_pooler(tiny_bert_dir):
 def test_two_views_differ_with_dropout_and_match_without(tmp_path):
     folder = make_tiny_model(tmp_path / "m", "bert", dropout=0.1)
     model = SimCSEModel.from_pretrained(str(folder), pooler_type="cls")
-    batch = _batch(model, SENTENCES[:4])
+    batch = tokenize(model, SENTENCES[:4])
     doubled = {k: v.repeat_interleave(2, dim=0) for k, v in batch.items()}  # each sentence twice, one pass
     model.train()
     z = model(**doubled).view(4, 2, -1)

@@ -4,10 +4,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis.extra.numpy import arrays
 
-from conftest import SENTENCES, WORDS
+from conftest import ANY_TEXT, FAST, LONG, ONE, SENTENCES, WORDS, WORDY, make_tiny_model, usable, with_duplicates
 from simcse.index import faiss_available
 from simcse.modeling import SimCSEModel
 from simcse.tool import SimCSE
@@ -322,3 +323,81 @@ def test_property_random_text_never_crashes(indexed, batch, top_k, threshold):
             assert len(hits) <= min(top_k, len(SENTENCES))
             scores = [s for _, s in hits]
             assert scores == sorted(scores, reverse=True) and all(s >= threshold for s in scores)
+
+
+@pytest.fixture(scope="module")
+def tool_with_duplicate(tmp_path_factory):
+    from simcse.tool import SimCSE
+
+    torch.set_num_threads(1)
+    t = SimCSE(str(make_tiny_model(tmp_path_factory.mktemp("fuzz_model"), "bert")), pooler="avg", device="cpu")
+    t.build_index(SENTENCES + ["a man is playing the guitar ."], use_faiss=False)  # one duplicate sentence
+    return t
+
+
+# ------------------------------------------------------------------------------------ encode / search
+@FAST
+@given(sentences=with_duplicates(ONE, 12), batch_size=st.integers(1, 8))
+def test_encode_one_row_per_sentence_in_input_order(tool_with_duplicate, sentences, batch_size):
+    blank = [i for i, s in enumerate(sentences) if not usable(s)]
+    if blank:
+        with pytest.raises(ValueError, match=rf"sentences\[{blank[0]}\] is empty"):
+            tool_with_duplicate.encode(sentences)
+        return
+    emb = tool_with_duplicate.encode(sentences, batch_size=batch_size, return_numpy=True)
+    assert emb.shape == (len(sentences), 32) and emb.dtype == np.float32 and np.isfinite(emb).all()
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    backwards = tool_with_duplicate.encode(sentences[::-1], batch_size=batch_size, return_numpy=True)[::-1]
+    np.testing.assert_allclose(backwards, emb, atol=1e-5)
+    for s in set(sentences):  # duplicates get the same row
+        rows = emb[[i for i, x in enumerate(sentences) if x == s]]
+        np.testing.assert_allclose(rows, np.broadcast_to(rows[0], rows.shape), atol=1e-5)
+
+
+FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.sampled_from([0.0, 1e-30, 3e38, -3e38, 1.0]),
+)
+
+
+@FAST
+@given(q=arrays(np.float32, st.tuples(st.integers(1, 5), st.just(32)), elements=FLOATS),
+       k=arrays(np.float64, st.tuples(st.integers(1, 5), st.just(32)), elements=FLOATS))
+def test_similarity_of_arrays(tool_with_duplicate, q, k):
+    bad_q = np.flatnonzero(~np.isfinite(q).all(axis=1))
+    bad_k = np.flatnonzero(~np.isfinite(k).all(axis=1))
+    if len(bad_q) or len(bad_k):
+        where = f"queries\\[{bad_q[0]}\\]" if len(bad_q) else f"keys\\[{bad_k[0]}\\]"
+        with pytest.raises(ValueError, match=f"{where} has a NaN or inf"):
+            tool_with_duplicate.similarity(q, k)
+        return
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # no overflow / invalid value on the way
+        sims = tool_with_duplicate.similarity(q, k)
+    assert sims.shape == (len(q), len(k)) and np.isfinite(sims).all()
+    assert (np.abs(sims) <= 1 + 1e-5).all()
+    np.testing.assert_allclose(sims, tool_with_duplicate.similarity(k, q).T, atol=1e-6)
+    zero_q = ~q.any(axis=1)
+    assert (sims[zero_q] == 0).all()  # a zero vector has similarity 0 to anything
+
+
+def assert_same_results(a, b, tol=1e-5):
+    """Equal result lists, up to float rounding of the scores (and the order of near-equal scores)."""
+    assert len(a) == len(b) or any(abs(s - t) < tol for s, t in zip(
+        [x[1] for x in a + b], [x[1] for x in b + a])), (a, b)
+    for (sa, xa), (sb, xb) in zip(a, b):
+        assert xa == pytest.approx(xb, abs=tol)
+        assert sa == sb or any(abs(x - xa) < tol for s, x in b if s == sa), (a, b)
+
+
+@FAST
+@given(queries=with_duplicates(st.one_of(WORDY, ANY_TEXT.filter(usable), LONG), 6), top_k=st.integers(1, 20),
+       threshold=st.sampled_from([-1.0, 0.0, 0.5, 0.99]))
+def test_search_keeps_query_order(tool_with_duplicate, queries, top_k, threshold):
+    results = tool_with_duplicate.search(queries, top_k=top_k, threshold=threshold)
+    assert len(results) == len(queries)
+    for q, res in zip(queries, results):
+        assert_same_results(res, tool_with_duplicate.search(q, top_k=top_k, threshold=threshold))  # the same as asked alone
+        assert len(res) <= min(top_k, len(tool_with_duplicate.sentences))
+        scores = [s for _, s in res]
+        assert scores == sorted(scores, reverse=True) and all(threshold <= s <= 1 + 1e-5 for s in scores)
+        assert all(sent in tool_with_duplicate.sentences for sent, _ in res)

@@ -308,3 +308,41 @@ def read_mrpc(path: Path) -> LabelledPairs:
         labels.append(int(_float(cols[0], path, i)))
     order = senteval_order([(len(a.split()), len(b.split()), y) for a, b, y in zip(s1, s2, labels)])
     return LabelledPairs(tuple(s1[i] for i in order), tuple(s2[i] for i in order), np.asarray(labels, dtype=np.int64)[order])
+
+
+# ------------------------------------------------------------------------------ STS-B by split (analyses)
+STSB_SPLITS = ("train", "dev", "test")
+
+
+def load_stsb(data_dir: str | os.PathLike | None = None, split: str = "dev") -> ScoredPairs:
+    """STS-B ``split`` of a SentEval folder (``<data_dir>/STS/STSBenchmark/sts-{split}.csv``, each file read by
+    :func:`read_stsb`; sentences normalised as SentEval's batchers see them). The analyses, the ablation
+    runner and the alignment/uniformity callback read STS-B through this function.
+
+    Args:
+        data_dir: SentEval's ``data/downstream`` folder; default as
+            :func:`resolve_senteval_dir` (``$SIMCSE_SENTEVAL_DIR``, then
+            ``$SIMCSE_DATA_MIRROR/senteval/downstream``, then ``data/downstream``).
+        split: ``"train"``, ``"dev"``, ``"test"`` or ``"all"`` (the three concatenated in that order).
+
+    Returns:
+        :class:`ScoredPairs`: ``sent1``, ``sent2`` (tuples of N str), ``scores``
+        float64 (N,) on STS-B's 0-5 scale.
+
+    Raises:
+        ValueError: an unknown split, or a malformed line (file and line named by the reader).
+        FileNotFoundError: the folder or the split's file is missing.
+    """
+    if split not in STSB_SPLITS + ("all",):
+        raise ValueError(f"split must be one of {list(STSB_SPLITS) + ['all']}, got {split!r}")
+    folder = resolve_senteval_dir(data_dir)
+    parts = []
+    for name in STSB_SPLITS if split == "all" else (split,):
+        path = folder / "STS" / "STSBenchmark" / f"sts-{name}.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"STS-B {name} file {str(path)!r} is missing (SentEval layout under {str(folder)!r})")
+        parts.append(read_split_pairs(folder, "STSBenchmark", name))
+    if len(parts) == 1:
+        return parts[0]
+    return ScoredPairs(sum((p.sent1 for p in parts), ()), sum((p.sent2 for p in parts), ()),
+                       np.concatenate([p.scores for p in parts]))

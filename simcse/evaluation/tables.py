@@ -10,9 +10,10 @@ only when every task of the table is present.
 """
 from __future__ import annotations
 
-STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+from .engine import STS_TASKS as STS_COLUMNS  # the paper's column order is the task order
+from .engine import TRANSFER_TASKS as TRANSFER_COLUMNS
+
 DEV_STS_COLUMNS = ("STSBenchmark", "SICKRelatedness")
-TRANSFER_COLUMNS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 
 
 def _first(x) -> float:

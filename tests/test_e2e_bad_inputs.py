@@ -1,4 +1,4 @@
-"""The bad-input table (issue 8): one row per bad input, with where it enters and what must happen.
+"""End to end: the bad-input table, one row per bad input, with where it enters and what must happen.
 
 Each row names the layer (``reader``: the training data readers of :mod:`simcse.data`; ``evaluator``:
 :mod:`simcse.evaluation`; ``tool``: :class:`simcse.tool.SimCSE` / :class:`simcse.SimCSEModel`; ``cli``: the
@@ -23,8 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_tiny_model, random_sentences
-from test_evaluation import fake_encode, write_senteval
+from conftest import fake_encode, make_tiny_model, random_sentences, write_senteval
 
 
 class Exit(Exception):
@@ -100,7 +99,7 @@ def no_weights_folder(ctx: Ctx) -> Path:
     folder = ctx.tmp / "no_weights"
     folder.mkdir()
     for f in ctx.model.iterdir():
-        if "safetensors" not in f.name:
+        if f.is_file() and "safetensors" not in f.name:
             shutil.copy(f, folder / f.name)
     return folder
 
