@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
 TASK_SETS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
     "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],
@@ -48,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also score the STS-B/SICK-R splits that are not reported (as SentEval does; slower)")
     p.add_argument("--seed", type=int, default=1111, help="transfer folds and classifier seed")
     p.add_argument("--kfold", type=int, default=None, help="transfer cross-validation folds (default: 10 in test mode, else 5)")
+    p.add_argument("--classifier", choices=["senteval", "sklearn"], default="senteval",
+                   help="transfer classifier: senteval = SentEval's PyTorch logistic regression with the reference "
+                        "evaluation.py settings of --mode (paper-comparable); sklearn = scikit-learn (faster, not comparable)")
     p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
     p.add_argument("--update_card", action="store_true",
@@ -97,6 +100,7 @@ def check_model_path(path: str) -> None:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     from simcse.evaluation import check_tasks, evaluate, format_tables, resolve_senteval_dir, table_values
+    from simcse.evaluation.tables import table_notes
 
     if not args.quiet:
         logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
@@ -130,11 +134,12 @@ def main(argv=None) -> dict:
 
     try:
         results = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode, sts_splits="all" if args.sts_all_splits else None,
-                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs)
+                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs,
+                           classifier=args.classifier)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     seconds = time.perf_counter() - t0
-    print(format_tables(results, args.mode))
+    print(format_tables(results, args.mode, args.classifier))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {pooler}: {seconds:.1f} s (model load + encoding + scoring)")
     if args.update_card:
         from simcse.model_card import results_from_senteval, write_model_card
@@ -150,7 +155,9 @@ def main(argv=None) -> dict:
             "tasks": tasks,
             "data_dir": str(data_dir),
             "seconds": round(seconds, 2),
+            "classifier": args.classifier,
             "tables": table_values(results, args.mode),
+            "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
         from simcse.storage import WriteError, write_text_atomic

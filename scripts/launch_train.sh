@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Shared launcher of run_unsup_example.sh and run_sup_example.sh (not meant to be called directly).
-# Inputs (set by the caller): GPU_CONFIG, CPU_CONFIG, DEFAULT_TRAIN_FILE, DOWNLOAD_SCRIPT, and optionally
-# GPU_TOTAL_BATCH (sentences per step over all GPUs). User overrides: CONFIG, MODEL, TRAIN_FILE, OUTPUT_DIR,
+# Inputs (set by the caller): GPU_CONFIG, CPU_CONFIG, DEFAULT_TRAIN_FILE, DOWNLOAD_SCRIPT. User overrides: CONFIG, MODEL, TRAIN_FILE, OUTPUT_DIR,
 # MAX_STEPS, MAX_TRAIN_SAMPLES, NUM_GPU, PYTHON, plus any scripts/train.py option as arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +13,9 @@ args=()
 if [ "$NUM_GPU" -gt 0 ]; then
   CONFIG=${CONFIG:-$GPU_CONFIG}
   [ -n "${MODEL:-}" ] && args+=(--model_name_or_path "$MODEL")
-  [ -n "${GPU_TOTAL_BATCH:-}" ] && args+=(--per_device_train_batch_size "$(( GPU_TOTAL_BATCH / NUM_GPU ))")
-  args+=("$($PYTHON -c "import torch; print('--bf16' if torch.cuda.is_bf16_supported() else '--fp16')")" true)
+  # the config's global_batch_size gives the per-device batch (scripts/train.py divides it by WORLD_SIZE) and its
+  # precision key the dtype; a GPU without bf16 falls back to the reference's fp16
+  $PYTHON -c "import sys, torch; sys.exit(not torch.cuda.is_bf16_supported())" || args+=(--precision fp16)
 else
   CONFIG=${CONFIG:-$CPU_CONFIG}
   [ -n "${MODEL:-}" ] && args+=(--model_name_or_path "$MODEL")

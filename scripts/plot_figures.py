@@ -73,7 +73,7 @@ def _saved_sts(model_dir: str) -> float | None:
     if not f.is_file():
         return None
     after = json.loads(f.read_text()).get("after", {})
-    value = after.get("eval_avg_sts")
+    value = after.get("final_avg_sts", after.get("eval_avg_sts"))  # eval_: folders written by older versions
     return None if value is None else 100.0 * float(value)
 
 

@@ -49,6 +49,9 @@ CPU_SCHEDULE = {"eval_strategy": "no", "save_strategy": "no", "load_best_model_a
                 "dataloader_pin_memory": False, "report_to": "none"}
 
 
+CPU_MAX_BATCH = 128
+
+
 def load_rows(table: str, config_dir: Path = CONFIG_DIR) -> list[dict]:
     """The rows of ``table`` (``"1"``, ``"2"``, ``"3"``, ``"6"``, ``"7"``): one dict per config file, in file order.
 
@@ -89,19 +92,66 @@ def select_rows(rows: list[dict], wanted: list[str] | None) -> list[dict]:
     return [r for r in rows if r["slug"] in wanted]
 
 
+def row_train_file(row: dict, opts) -> str:
+    """The training file a row will use: the runner's ``--train_file``/``--sup_train_file``, else the config's."""
+    cfg_file = str(row["config"].get("train_file", ""))
+    is_sup = cfg_file.endswith((".csv", ".csv.gz", ".tsv"))
+    return (opts.sup_train_file if is_sup else opts.train_file) or cfg_file
+
+
+# Files known to be unfit for a row's data need: the wiki1m sample is 10^6 unrelated sentences, not running text.
+SHUFFLED_CORPORA = ("wiki1m_for_simcse.txt",)
+CONSECUTIVE_SOURCE = ("a .txt of running text, one sentence per line in reading order, a blank line between "
+                      "documents (e.g. a Wikipedia dump through wikiextractor and a sentence splitter)")
+NEUTRAL_SOURCE = ("an NLI CSV sent0,sent1,hard_neg,neutral built from SNLI+MNLI (premise; entailment, "
+                  "contradiction and neutral hypotheses)")
+
+
+def check_row_data(row: dict, opts) -> str | None:
+    """A one-line reason why ``row``'s training file cannot serve it, or None when it can (or is not checked).
+
+    Table 2's next-sentence rows (``objective`` other than ``simcse``) need consecutive sentences; Table 7's
+    "contradiction + neutral" row (``neutral_as_negative``) needs a ``neutral`` column. Only the file name (for the
+    known shuffled wiki1m sample) and the CSV header are read.
+    """
+    from .data import NEUTRAL_COLUMN, _open_bytes
+
+    cfg, path = row["config"], Path(row_train_file(row, opts))
+    if cfg.get("objective", "simcse") != "simcse" and path.name in SHUFFLED_CORPORA:
+        return (f"row {row['slug']!r} ({cfg['objective']}) needs consecutive sentences, but {str(path)!r} is a "
+                f"sample of unrelated sentences; pass --train_file with {CONSECUTIVE_SOURCE}")
+    if cfg.get("neutral_as_negative"):
+        try:
+            with _open_bytes(path) as f:
+                header = f.readline().decode("utf-8", "replace").strip()
+        except OSError as e:
+            return f"row {row['slug']!r} cannot read its train_file {str(path)!r}: {e.strerror or e}"
+        columns = [c.strip().strip('"') for c in header.split("\t" if path.name.endswith(".tsv") else ",")]
+        if NEUTRAL_COLUMN not in columns:
+            return (f"row {row['slug']!r} needs a {NEUTRAL_COLUMN!r} column, but {str(path)!r} has columns "
+                    f"{columns}; pass --sup_train_file with {NEUTRAL_SOURCE}")
+    return None
+
+
+def _cpu_batch(cfg: dict) -> int:
+    """The per-device batch of a row at CPU scale: the paper's global batch, at most :data:`CPU_MAX_BATCH`."""
+    return min(CPU_MAX_BATCH, cfg.get("global_batch_size") or cfg.get("per_device_train_batch_size", 64))
+
+
 def row_argv(row: dict, opts, out_dir: Path) -> list[str]:
     """Training argv for one row: the row's config, then the runner's overrides (model, data, budget)."""
     cfg = dict(row["config"])
     cfg["output_dir"] = str(out_dir)
     if opts.model_name_or_path:
         cfg["model_name_or_path"] = opts.model_name_or_path
-    is_sup = str(cfg.get("train_file", "")).endswith((".csv", ".csv.gz", ".tsv"))
-    train_file = opts.sup_train_file if is_sup else opts.train_file
-    if train_file:
-        cfg["train_file"] = train_file
+    cfg["train_file"] = row_train_file(row, opts)
     if opts.senteval_dir:
         cfg["senteval_dir"] = opts.senteval_dir
-    for key in ("max_steps", "max_train_samples", "per_device_train_batch_size", "learning_rate", "seed",
+    if opts.per_device_train_batch_size is not None or not opts.paper_scale:
+        # an explicit per-device batch (or the CPU-scale one) replaces the paper's global batch
+        cfg["per_device_train_batch_size"] = opts.per_device_train_batch_size or _cpu_batch(cfg)
+        cfg.pop("global_batch_size", None)
+    for key in ("max_steps", "max_train_samples", "learning_rate", "seed",
                 "max_seq_length", "per_device_eval_batch_size"):
         value = getattr(opts, key)
         if value is not None:
@@ -288,8 +338,7 @@ def _cpu_scale_defaults(opts, rows: list[dict]) -> None:
     opts.train_file = opts.train_file or str(default_data_file("wiki1m_for_simcse.txt"))
     opts.sup_train_file = opts.sup_train_file or str(default_data_file("nli_for_simcse.csv"))
     if opts.max_train_samples is None and opts.max_steps:
-        batch = opts.per_device_train_batch_size or rows[0]["config"].get("per_device_train_batch_size", 64)
-        opts.max_train_samples = opts.max_steps * batch
+        opts.max_train_samples = opts.max_steps * (opts.per_device_train_batch_size or _cpu_batch(rows[0]["config"]))
 
 
 def _cached_or_run(f: Path, overwrite: bool, run) -> tuple[dict, bool]:
@@ -341,6 +390,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit(f"error: {e}") from e
     if not opts.paper_scale:
         _cpu_scale_defaults(opts, rows)
+    problem = next((p for p in (check_row_data(r, opts) for r in rows) if p), None)
+    if problem:  # before any row trains
+        raise SystemExit(f"error: {problem}")
     out_root = Path(opts.output_dir or Path("result") / "ablations" / f"table{opts.table}")
     (out_root / "rows").mkdir(parents=True, exist_ok=True)
     t_start = time.time()

@@ -149,6 +149,35 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
     )
+    batch_sampler: str = field(
+        default="default",
+        metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
+                          "global batch holds one text twice, so repeated texts (e.g. a premise with several "
+                          "hypotheses) never act as negatives of themselves; no row is dropped."},
+    )
+    # ---- the paper's batch (simcse.batch_size; docs/recipes.md)
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "The contrastive batch over all processes (the paper's 64 or 512). The per-device batch is "
+                          "derived as global_batch_size / WORLD_SIZE, so 1 or 8 GPUs train the same experiment. "
+                          "Unset: --per_device_train_batch_size is used as given."},
+    )
+    allow_batch_size_mismatch: bool = field(
+        default=False,
+        metadata={"help": "Keep an explicit --per_device_train_batch_size that disagrees with --global_batch_size "
+                          "(a different experiment, on purpose). Without it such a mismatch is refused."},
+    )
+    precision: str | None = field(
+        default=None,
+        metadata={"help": "Training precision on GPUs: 'bf16', 'fp16' (the reference's --fp16) or 'fp32'; sets "
+                          "--bf16/--fp16 unless those are given. Ignored on CPU (fp32). Unset: the --bf16/--fp16 "
+                          "flags as given (fp32 when none)."},
+    )
+    eval_max_length: int | None = field(
+        default=None,
+        metadata={"help": "Token cut of the sentences encoded by the training-time STS-B/SICK-R evaluation. Unset: "
+                          "no cut beyond the model's own maximum length, as the reference's evaluation."},
+    )
 
     def __post_init__(self):
         from .data import OBJECTIVE_WINDOWS, check_train_file
@@ -157,11 +186,19 @@ class DataTrainingArguments:
             raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
         if self.objective != "simcse" and self.neutral_as_negative:
             raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --objective " + self.objective)
+        if self.batch_sampler not in ("default", "no_duplicates"):
+            raise ValueError(f"--batch_sampler must be 'default' or 'no_duplicates', got {self.batch_sampler!r}")
         if self.no_hard_negatives and self.neutral_as_negative:
             raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
 
         if not isinstance(self.max_seq_length, int) or self.max_seq_length < 2:
             raise ValueError(f"--max_seq_length must be an integer >= 2 (room for [CLS] and [SEP]), got {self.max_seq_length}")
+        if self.global_batch_size is not None and (isinstance(self.global_batch_size, bool) or self.global_batch_size < 1):
+            raise ValueError(f"--global_batch_size must be an integer >= 1, got {self.global_batch_size}")
+        if self.precision not in (None, "bf16", "fp16", "fp32"):
+            raise ValueError(f"--precision must be 'bf16', 'fp16' or 'fp32', got {self.precision!r}")
+        if self.eval_max_length is not None and self.eval_max_length < 2:
+            raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
         check_train_file(self.train_file)

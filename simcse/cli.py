@@ -3,6 +3,7 @@
     simcse encode   --model M --input sentences.txt --output emb.npy [--pooler avg] [--bf16]
     simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
+    simcse serve    [--index DIR | --model M --input corpus.txt] [--host 127.0.0.1] [--port 8000]
     simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
     simcse train    ...   # the arguments of scripts/train.py (simcse.train.main)
     simcse evaluate ...   # the arguments of scripts/evaluation.py
@@ -42,8 +43,8 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
-                                "export, train, evaluate.")
-    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,export,train,evaluate}")
+                                "serve, export, train, evaluate.")
+    sub = p.add_subparsers(dest="command", metavar="{encode,index,search,serve,export,train,evaluate}")
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
@@ -85,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
     x.add_argument("--quantize", choices=["int8"], default=None,
                    help="with --format onnx: also write onnx/simcse_int8.onnx (dynamic int8 quantisation)")
+
+    v = sub.add_parser("serve", help="search demo: a web page and a JSON API over an index")
+    _add_model_args(v, required=False)
+    from .serve import add_arguments as add_serve_arguments
+
+    add_serve_arguments(v)
 
     sub.add_parser("train", help="train (arguments of scripts/train.py; 'simcse train --help')", add_help=False)
     sub.add_parser("evaluate", help="SentEval evaluation (arguments of scripts/evaluation.py)", add_help=False)
@@ -178,18 +185,12 @@ def cmd_index(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from .tool import TOOL_META_NAME
-
     queries = list(args.query)
     if args.query_file:
         queries += _read_lines(args.query_file, skip_blank=True)
     if not queries:
         raise CLIError("give at least one --query or a --query-file")
-    model, args.pooler = _recorded_model_and_pooler(Path(args.index) / TOOL_META_NAME, args.model, args.pooler)
-    from .index import INDEX_CONFIG_NAME
-
-    if not (Path(args.index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
-        raise CLIError(f"--index {args.index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
+    model, args.pooler = model_for_index(args.index, args.model, args.pooler)
     tool = _tool(args, model)
     tool.load_index(args.index)
     results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,
@@ -229,6 +230,23 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
         raise CLIError(f"--model {model} differs from the model the index was built with ({rec_model}, "
                        f"{meta_file}); drop --model to use it")
     return model, pooler if pooler is not None else rec_pooler
+
+
+def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+    """(model, pooler) to query the index folder ``index`` with: the recorded ones unless given (see
+    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded.
+
+    Raises:
+        CLIError: no model given or recorded; a given model/pooler that differs from the recorded one;
+            ``index`` is not a saved index.
+    """
+    from .index import INDEX_CONFIG_NAME
+    from .tool import TOOL_META_NAME
+
+    model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
+    if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
+        raise CLIError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
+    return model, pooler
 
 
 def cmd_export(args) -> int:
@@ -277,7 +295,13 @@ def cmd_evaluate(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "export": cmd_export}
+def cmd_serve(args) -> int:
+    from .serve import run
+
+    return run(args)
+
+
+COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "serve": cmd_serve, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        for name in ("batch_size", "max_length", "chunk_size", "top_k"):
+        for name in ("batch_size", "max_length", "chunk_size", "top_k", "max_lines"):
             v = getattr(args, name, None)
             if v is not None and v < 1:
                 raise CLIError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")

@@ -233,7 +233,7 @@ def results_from_senteval(res: dict) -> dict[str, dict[str, float]]:
 def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None) -> Path | None:
     """End of training: write ``simcse_training_args.json`` (the arguments of ``arg_objects``, dataclasses such
     as ``(ModelArguments, DataTrainingArguments, TrainingArguments)``) and the card with the dev Spearman of
-    ``results["after"]`` (``eval_stsb_spearman``...) and the test Spearman of ``results["test"]``."""
+    ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``."""
     import dataclasses
 
     training: dict = {}
@@ -244,7 +244,7 @@ def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, m
                 training.setdefault(f.name, v)
     scores: dict[str, dict[str, float]] = {}
     for task, key in (("STSBenchmark", "stsb_spearman"), ("SICKRelatedness", "sickr_spearman")):
-        for split, section, prefix in (("dev", "after", "eval_"), ("test", "test", "test_")):
+        for split, section, prefix in (("dev", "after", "final_"), ("test", "test", "test_")):
             v = (results.get(section) or {}).get(prefix + key)
             if v is not None:
                 scores.setdefault(task, {})[split] = float(v)

@@ -44,6 +44,7 @@ __all__ = [
 
 SIMCSE_CONFIG_NAME = "simcse_config.json"
 MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
+MLM_HEAD_WEIGHTS_NAME = "simcse_mlm_head.safetensors"  # the auxiliary MLM head (training with do_mlm)
 FORMAT_VERSION = 1
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -57,7 +58,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _check_model_dir(path: str) -> bool:
+def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """True when ``path`` is a local folder (checked for weights); False for a hub name.
 
     Raises:
@@ -72,7 +73,42 @@ def _check_model_dir(path: str) -> bool:
         return True
     if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
         raise FileNotFoundError(f"model path {path!r} is not a folder with a saved model")
+    _check_hub_name(path, hf_kwargs)
     return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
+
+
+def _check_hub_name(name: str, hf_kwargs: dict | None = None, timeout: float = 3.0) -> None:
+    """Fail at once, saying what was looked for, when hub name ``name`` cannot be loaded here.
+
+    Passes when the name is in the local HF cache or the hub answers a TCP connection within ``timeout``
+    seconds; otherwise (``HF_HUB_OFFLINE=1``, or no route to the hub) transformers would spend its retries
+    (~25 s) before a generic message.
+
+    Raises:
+        FileNotFoundError: not a local folder, not cached, and the hub is off or unreachable.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    looked = f"{name!r} is not a local folder (no {str(Path(name).resolve())!r})"
+    try:
+        cache = {k: v for k, v in (hf_kwargs or {}).items() if k in ("cache_dir", "revision")}
+        if isinstance(try_to_load_from_cache(name, "config.json", **cache), str):
+            return
+    except ValueError:  # not a valid hub repo id either
+        raise FileNotFoundError(f"{looked} and not a valid hub model id") from None
+    where = f"and not in the HF cache ({(hf_kwargs or {}).get('cache_dir') or constants.HF_HUB_CACHE})"
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(f"{looked} {where}; HF_HUB_OFFLINE is set, so the hub was not asked: "
+                                "give a local model folder, or download the model where the hub is reachable")
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as e:
+        raise FileNotFoundError(f"{looked} {where}, and the hub ({host}) cannot be reached from this machine ({e}); "
+                                "give a local model folder, or download the model where the hub is reachable") from None
 
 
 _HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only", "force_download")
@@ -153,7 +189,9 @@ class SimCSEModel(nn.Module):
         pooler_type: one of :data:`simcse.pooling.POOLERS` (``ValueError`` otherwise).
         mlp_only_train: apply the ``cls`` MLP in training only, not when encoding (paper's unsupervised
             default, Section 3 / reference ``--mlp_only_train``).
-        tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`).
+        tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`);
+            its ``padding_side`` is set to ``"right"`` (a left-padding tokenizer would move [CLS] and shift
+            absolute positions with the batch's longest sentence).
 
     ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
     """
@@ -165,6 +203,11 @@ class SimCSEModel(nn.Module):
         self._hf_pooler = [hf_pooler] if hf_pooler is not None else []
         self.pooler = get_pooler(pooler_type)
         self.encoder = encoder
+        if tokenizer is not None and getattr(tokenizer, "padding_side", "right") != "right":
+            # Right padding everywhere (encode, saved folders, sentence-transformers loading them): the cls
+            # poolers read position 0 and positions count from the first token.
+            logger.info("tokenizer padding_side %r -> 'right'", tokenizer.padding_side)
+            tokenizer.padding_side = "right"
         self.tokenizer = tokenizer
         self.mlp_only_train = bool(mlp_only_train)
         self.unpadded = False  # padding-free forward, see set_unpadded
@@ -216,6 +259,14 @@ class SimCSEModel(nn.Module):
     @property
     def pooler_type(self) -> str:
         return self.pooler.name
+
+    @property
+    def inference_pooler(self) -> str:
+        """What :meth:`encode` (eval mode) computes: ``cls_before_pooler`` for a ``cls`` model trained with
+        ``mlp_only_train`` (the MLP is used in training only, paper Section 3), else :attr:`pooler_type`."""
+        if self.pooler_type == "cls" and self.mlp_only_train:
+            return "cls_before_pooler"
+        return self.pooler_type
 
     @property
     def hidden_size(self) -> int:
@@ -488,8 +539,10 @@ class SimCSEModel(nn.Module):
                       idx: np.ndarray) -> dict[str, np.ndarray]:
         """Rows ``idx`` (B,) of :meth:`_tokenize_flat`'s arrays padded to their longest: (B, W) int64 arrays.
 
-        Padding follows the tokenizer (``padding_side``, ``pad_token_id``, ``pad_token_type_id``); the result
-        holds every flat key plus ``attention_mask``.
+        Rows are always padded on the right, whatever the tokenizer's ``padding_side``: the ``cls`` poolers read
+        position 0 and the encoder numbers positions from the first token, so a sentence's embedding never
+        depends on the other sentences of its batch. Pad values follow the tokenizer (``pad_token_id``,
+        ``pad_token_type_id``); the result holds every flat key plus ``attention_mask``.
         """
         tok = self.tokenizer
         pad_values = {"input_ids": tok.pad_token_id if tok.pad_token_id is not None else 0,
@@ -497,12 +550,8 @@ class SimCSEModel(nn.Module):
         lens = lengths[idx]  # (B,)
         width = int(lens.max())
         cols = np.arange(width)
-        if getattr(tok, "padding_side", "right") == "left":
-            mask = cols[None, :] >= (width - lens)[:, None]  # (B, W) bool
-            pos = offsets[idx][:, None] + cols[None, :] - (width - lens)[:, None]
-        else:
-            mask = cols[None, :] < lens[:, None]
-            pos = offsets[idx][:, None] + cols[None, :]
+        mask = cols[None, :] < lens[:, None]  # (B, W) bool, real tokens first
+        pos = offsets[idx][:, None] + cols[None, :]
         batch = {}
         for k, arr in flat.items():
             vals = np.full(mask.shape, pad_values.get(k, 0), dtype=np.int64)
@@ -544,6 +593,8 @@ class SimCSEModel(nn.Module):
                 self.tokenizer.save_pretrained(tmp)
             if self.mlp is not None:
                 save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
+            if getattr(self, "mlm_head", None) is not None:
+                save_file(self._mlm_head_state(), str(tmp / MLM_HEAD_WEIGHTS_NAME))
             (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
             from .export import write_sentence_transformers_files
 
@@ -552,6 +603,17 @@ class SimCSEModel(nn.Module):
 
         with writing("the model card", save_directory):
             write_model_card(Path(save_directory), simcse_config=self.simcse_config())  # keeps results/training info
+
+    def _mlm_head_state(self) -> dict[str, torch.Tensor]:
+        """The MLM head's own tensors (transform, LayerNorm, bias), each storage once; the decoder weight tied to
+        the encoder's word embeddings is left out (it is saved with the encoder)."""
+        seen = {self.encoder.get_input_embeddings().weight.data_ptr()}
+        out = {}
+        for k, v in self.mlm_head.state_dict().items():
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                out[k] = v.detach().contiguous().cpu()
+        return out
 
     def _save_encoder(self, folder: Path) -> None:
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
@@ -615,7 +677,7 @@ class SimCSEModel(nn.Module):
         path = str(model_name_or_path)
         if new_mlp_init not in ("encoder_pooler", "random"):
             raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
-        is_local = _check_model_dir(path)
+        is_local = _check_model_dir(path, hf_kwargs)
         hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
         cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
         if pooler_type is None:
@@ -648,7 +710,12 @@ class SimCSEModel(nn.Module):
         return model
 
     def load_weights(self, path: str | os.PathLike) -> None:
-        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place."""
+        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place; with an
+        attached MLM head (``do_mlm``) also the head's weights when the folder has them (training checkpoints).
+
+        Raises:
+            FileNotFoundError: no weights, or no MLP file for pooler ``cls``. ValueError: an incomplete head file.
+        """
         from safetensors.torch import load_file
 
         _check_model_dir(str(path))
@@ -659,3 +726,10 @@ class SimCSEModel(nn.Module):
             if not mlp_file.is_file():
                 raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
             self.mlp.load_state_dict(load_file(str(mlp_file)))
+        head_file = Path(path) / MLM_HEAD_WEIGHTS_NAME
+        if getattr(self, "mlm_head", None) is not None and head_file.is_file():  # a checkpoint of a do_mlm run
+            state = load_file(str(head_file))
+            missing = set(self._mlm_head_state()) - set(state)
+            if missing:
+                raise ValueError(f"{head_file} lacks MLM head weights {sorted(missing)}")
+            self.mlm_head.load_state_dict(state, strict=False)

@@ -3,6 +3,7 @@
 * :func:`plot_align_uniform`: alignment vs uniformity of several models, coloured by STS average (Figure 3).
 * :func:`plot_training_curve`: alignment/uniformity over training steps from a metrics log (Figure 2).
 * :func:`plot_singular_spectra`: normalised singular values of several models (Appendix F, Figure F.1).
+* :func:`plot_loss_curve`: a training-loss curve (the MLM pretraining of :mod:`simcse.pretrain`).
 * :func:`plot_cosine_bins`: cosine-similarity densities of STS-B pairs per gold-score group (Appendix G,
   Figure G.1).
 
@@ -289,3 +290,29 @@ def _gaussian_kde(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     bw = max(float(np.std(values, ddof=1)) * n ** (-1.0 / 5.0), 1e-6)
     z = (grid[:, None] - values[None, :]) / bw  # (G, n)
     return np.exp(-0.5 * z**2).sum(axis=1) / (n * bw * math.sqrt(2 * math.pi))
+
+
+def plot_loss_curve(steps: Sequence[float], losses: Sequence[float], out: str | os.PathLike,
+                    ylabel: str = "MLM loss", title: str | None = None) -> Path:
+    """A training-loss curve (e.g. :mod:`simcse.pretrain`'s ``loss_curve.csv``): loss against optimizer step.
+
+    Args:
+        steps: (K,) step numbers; losses: (K,) loss values (nats); out: .png path.
+
+    Raises:
+        ValueError: no point, lengths that differ, or a non-finite value.
+    """
+    path = _out_path(out)
+    x = _finite_list(steps, "steps")
+    y = _finite_list(losses, "losses", n=x.shape[0])
+    if x.size == 0:
+        raise ValueError("steps is empty: nothing to plot")
+    fig = _figure(5.0, 3.4)
+    ax = fig.add_subplot()
+    ax.plot(x, y, lw=1.5, color="C0")
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return _save(fig, path)

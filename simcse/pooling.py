@@ -14,6 +14,10 @@ reference implementation (``models.py: Pooler``):
 * ``avg_top2``: masked mean of the average of the last two layers.
 * ``avg_first_last``: masked mean of the average of the *first transformer layer's output*
   (``hidden_states[1]``; ``hidden_states[0]`` is the embedding layer and is not used) and the last layer.
+  This is the reference code's ``avg_first_last`` after its fix.
+* ``avg_first_last_embeddings``: masked mean of the average of the *embedding layer's output*
+  (``hidden_states[0]``) and the last layer: what the paper's printed "first-last avg." rows (Tables 1, 6 and
+  the BERT/RoBERTa baselines of Table 5) computed, per the reference README's note on that bug.
 """
 from __future__ import annotations
 
@@ -70,6 +74,11 @@ def _avg_top2(last_hidden, attention_mask, hidden_states):
 @_register("avg_first_last", needs_hidden_states=True)
 def _avg_first_last(last_hidden, attention_mask, hidden_states):
     return _masked_mean((hidden_states[1] + hidden_states[-1]) / 2.0, attention_mask)
+
+
+@_register("avg_first_last_embeddings", needs_hidden_states=True)
+def _avg_first_last_embeddings(last_hidden, attention_mask, hidden_states):
+    return _masked_mean((hidden_states[0] + hidden_states[-1]) / 2.0, attention_mask)
 
 
 def get_pooler(name: str) -> Pooler:

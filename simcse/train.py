@@ -42,16 +42,73 @@ def parse_args(argv: list[str]):
                 continue  # comments
             prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
         argv = prefix + argv[1:]
+    argv = argv + _precision_flags(argv)
     try:
         model_args, data_args, training_args, run_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
     training_args.save_on_signal = run_args.signals  # read by build(); not a TrainingArguments field
+    _apply_global_batch(data_args, training_args, _gave_per_device(argv))
     out = Path(training_args.output_dir).expanduser() if training_args.output_dir else None
     blocker = next((q for q in ([out, *out.parents] if out else []) if q.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise SetupError(f"--output_dir {training_args.output_dir!r} cannot be used: {str(blocker)!r} is a file, not a folder")
     return model_args, data_args, training_args
+
+
+def _last_value(argv: list[str], flag: str) -> str | None:
+    """The value of the last ``flag value`` or ``flag=value`` in ``argv`` (None when absent)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def _precision_flags(argv: list[str]) -> list[str]:
+    """``--bf16 true`` / ``--fp16 true`` for ``--precision`` on a CUDA machine; nothing on CPU, for fp32, or when
+    ``--bf16``/``--fp16``/``--use_cpu`` is given (an explicit HF flag wins).
+
+    Raises:
+        SetupError: ``--precision bf16`` on a GPU without bf16 support.
+    """
+    precision = _last_value(argv, "--precision")
+    if precision not in ("bf16", "fp16") or any(_last_value(argv, f) is not None for f in ("--bf16", "--fp16", "--use_cpu")):
+        return []
+    import torch
+
+    if not torch.cuda.is_available():
+        logger.info("--precision %s applies to GPUs; training on CPU in fp32", precision)
+        return []
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise SetupError("--precision bf16: this GPU has no bf16 support; pass --precision fp16 (the reference's choice)")
+    return [f"--{precision}", "true"]
+
+
+def _gave_per_device(argv: list[str]) -> bool:
+    """Whether ``argv`` (config options included) sets ``--per_device_train_batch_size``."""
+    return _last_value(argv, "--per_device_train_batch_size") is not None
+
+
+def _apply_global_batch(data_args, training_args, explicit_per_device: bool) -> None:
+    """Set the per-device batch from ``--global_batch_size`` and ``WORLD_SIZE`` (:mod:`simcse.batch_size`)."""
+    if data_args.global_batch_size is None:
+        return
+    from .batch_size import BatchSizeError, derive_per_device_batch, world_size_from_env
+
+    try:
+        world = world_size_from_env()
+        per_device = derive_per_device_batch(
+            data_args.global_batch_size, world,
+            training_args.per_device_train_batch_size if explicit_per_device else None,
+            data_args.allow_batch_size_mismatch)
+    except BatchSizeError as e:
+        raise SetupError(str(e)) from e
+    training_args.per_device_train_batch_size = per_device
+    logger.info("contrastive batch: %d per device x %d process(es) = %d (--global_batch_size %d)",
+                per_device, world, per_device * world, data_args.global_batch_size)
 
 
 def _load_model(model_args, dropout: float | None):
@@ -95,8 +152,7 @@ def _make_collator(model_args, data_args, training_args, tok):
         pad_token_id=tok.pad_token_id or 0,
         max_seq_length=data_args.max_seq_length,
         pad_to_max_length=data_args.pad_to_max_length,
-        mlm_probability=model_args.mlm_probability if model_args.do_mlm else None,
-        mask_token_id=tok.mask_token_id,
+        mask_token_id=tok.mask_token_id,  # MLM masks are drawn by the trainer (SimCSETrainer._add_mlm_masks)
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
         seed=training_args.seed,
@@ -172,6 +228,7 @@ def build(model_args, data_args, training_args):
             raise SetupError(str(e)) from e
     if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
         raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
+    train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
             ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
@@ -183,10 +240,10 @@ def build(model_args, data_args, training_args):
                          "(or a hard-negative column)")
     _drop_one_row_last_batch(len(ds), len(columns), training_args)
     collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
-    if augmentation != "none" or model_args.do_mlm:
+    if augmentation != "none":
         from .data import KeyedDataset
 
-        ds = KeyedDataset(ds)  # augmentation / MLM masks keyed by (seed, epoch, example): see simcse.data
+        ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.data
         training_args.remove_unused_columns = False  # the collator reads the draw keys
     if model_args.two_encoders:
         model = DualEncoderModel(model)
@@ -202,8 +259,11 @@ def build(model_args, data_args, training_args):
         hard_negative_weight=model_args.hard_negative_weight,
         mlm_weight=model_args.mlm_weight,
         senteval_dir=data_args.senteval_dir,
+        eval_max_length=data_args.eval_max_length,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         fixed_dropout=model_args.fixed_dropout,
+        no_duplicates_rows=train_rows,
+        mlm_masker=_mlm_masker(model.tokenizer, model_args.mlm_probability) if model_args.do_mlm else None,
     )
     if signals:
         trainer.add_callback(SaveOnSignalCallback(signals))
@@ -240,6 +300,35 @@ def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
     logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
                    "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,
                    n_rows - 1)
+
+
+def _mlm_masker(tok, probability: float):
+    """:func:`simcse.data.mask_tokens` with the tokenizer's mask id, vocabulary size and special ids bound."""
+    import functools
+
+    from .data import mask_tokens
+
+    return functools.partial(mask_tokens, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                             special_ids=list(tok.all_special_ids), mlm_probability=probability)
+
+
+def _repeated_text_check(ds, columns: list[str], batch_sampler: str):
+    """Rows of texts for the ``no_duplicates`` sampler, or None after warning once about repeated texts.
+
+    With the default sampler, rows that share a text can meet in one batch and act as negatives of their own
+    positive; the warning gives the count and the option that prevents it."""
+    from .samplers import count_repeated_rows
+
+    rows = list(zip(*(ds[c] for c in columns)))
+    if batch_sampler == "no_duplicates":
+        logger.info("--batch_sampler no_duplicates: no global batch holds one text twice")
+        return rows
+    n_rows, n_texts = count_repeated_rows(rows)
+    if n_rows:
+        logger.warning("%d of %d training rows share a text with another row (%d repeated texts): in one batch they "
+                       "act as negatives of their own positive; --batch_sampler no_duplicates keeps them apart",
+                       n_rows, len(rows), n_texts)
+    return None
 
 
 def _corr(value) -> float:
@@ -355,7 +444,9 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     with writing("the trained model", training_args.output_dir):
         trainer.save_model(training_args.output_dir)
     if data_args.eval_before_training or training_args.eval_strategy != "no":
-        results["after"] = trainer.evaluate()
+        # The final model (the best checkpoint when load_best_model_at_end) is scored under its own keys
+        # (final_stsb_spearman, ...): logged at the last step, it must not read as a second eval_ value there.
+        results["after"] = trainer.evaluate(metric_key_prefix="final")
         _print_metrics("after training (dev)", results["after"])
     if data_args.test_after_training and training_args.should_save:
         from .evaluation import evaluate
@@ -379,7 +470,18 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
                                 model_name=training_args.hub_model_id if training_args.push_to_hub else None)
     if training_args.push_to_hub:
         trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
+    if training_args.should_save:
+        _print_next_steps(training_args.output_dir)
     return results
+
+
+def _print_next_steps(output_dir: str) -> None:
+    """Say where the trained model is and the commands that use it (the pooler is read from the folder)."""
+    out = Path(output_dir).resolve()
+    print(f"[simcse] trained model: {out}\n"
+          f"[simcse] evaluate it:   python scripts/evaluation.py --model_name_or_path {out} --task_set full\n"
+          f"[simcse] use it:        python -c \"from simcse import SimCSE; m = SimCSE('{out}'); "
+          f"print(m.similarity('A man is playing a guitar.', 'A person plays music.'))\"", flush=True)
 
 
 if __name__ == "__main__":

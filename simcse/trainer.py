@@ -19,6 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import Trainer
@@ -78,12 +79,20 @@ class SimCSETrainer(Trainer):
         mlm_weight: lambda of the auxiliary MLM loss (Appendix D) when the batch carries ``mlm_input_ids``.
         senteval_dir: SentEval ``downstream`` folder for dev evaluation (default: see
             :func:`simcse.evaluation.resolve_senteval_dir`).
-        eval_max_length: token truncation when encoding evaluation sentences.
+        eval_max_length: token cut of the evaluation sentences; None (default): only the model's own limit
+            (:attr:`~simcse.modeling.SimCSEModel.max_input_tokens`), as the reference's evaluation, which does
+            not truncate.
         gradient_cache_chunk_size: None or 0: off. Otherwise the number of *examples* (each with its V views)
             the encoder runs on at once; the loss is still over the whole per-device batch (GradCache, see
             :meth:`training_step` and :mod:`simcse.gradcache`).
         fixed_dropout: paper Table 3 "fixed 0.1": encode only view 0 of each (identical-view) example and use
             that embedding for every view, so both views carry the same dropout mask (see :meth:`_embed`).
+        no_duplicates_rows: None (HF's random order) or one tuple of texts per training row: the order then
+            keeps repeated texts out of one global batch (:class:`simcse.samplers.NoDuplicatesSampler`).
+        mlm_masker: None, or ``mask(input_ids, attention_mask, generator=g) -> (mlm_input_ids, mlm_labels)``
+            (:func:`simcse.data.mask_tokens` with the tokenizer's facts bound): the MLM masks of each
+            micro-batch are drawn from a generator seeded by (seed, global step, process, micro-batch), so a
+            resumed run masks exactly as an uninterrupted one (see :meth:`_add_mlm_masks`).
 
     Batches are (B, V, L) from :class:`simcse.data.ContrastiveCollator`; V = 2 (two dropout views of the same
     sentence, or a positive pair) or 3 (with a hard negative), 4 with ``--neutral_as_negative``. Views are
@@ -116,8 +125,9 @@ class SimCSETrainer(Trainer):
     loss_is_scaled_for_ga = False
 
     def __init__(self, *args, temp: float = 0.05, hard_negative_weight: float = 1.0, mlm_weight: float = 0.1,
-                 senteval_dir: str | None = None, eval_max_length: int = 128,
-                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False, **kwargs):
+                 senteval_dir: str | None = None, eval_max_length: int | None = None,
+                 gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
+                 no_duplicates_rows=None, mlm_masker=None, **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
@@ -134,6 +144,9 @@ class SimCSETrainer(Trainer):
         self.eval_max_length = eval_max_length
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
         self.fixed_dropout = bool(fixed_dropout)
+        self.no_duplicates_rows = no_duplicates_rows
+        self.mlm_masker = mlm_masker
+        self._mlm_draw = (-1, 0)  # (global step, micro-batch) of the last MLM masking
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
 
@@ -220,6 +233,24 @@ class SimCSETrainer(Trainer):
         )  # (rows, L, vocab)
         return mlm_loss(logits, inputs["mlm_labels"].reshape(rows, -1), n_masked=n_masked)
 
+    def _add_mlm_masks(self, inputs: dict) -> dict:
+        """Add ``mlm_input_ids``/``mlm_labels`` (B, V, L) to a batch when training with the MLM loss.
+
+        The masks come from their own generator, seeded by (``--seed``, global step, process index,
+        micro-batch index within the step), not from the global torch generator: the data loader collates
+        ahead of the step, so masks drawn there would take random numbers from dropout's stream and differ
+        after a resume. Drawn on the CPU, moved to the batch's device."""
+        if self.mlm_masker is None or "mlm_input_ids" in inputs:
+            return inputs
+        step = self.state.global_step
+        micro = self._mlm_draw[1] + 1 if self._mlm_draw[0] == step else 0
+        self._mlm_draw = (step, micro)
+        seed = np.random.SeedSequence([self.args.seed, step, self.args.process_index, micro]).generate_state(1)[0]
+        ids = inputs["input_ids"]
+        masked, labels = self.mlm_masker(ids.cpu(), inputs["attention_mask"].cpu(),
+                                         generator=torch.Generator().manual_seed(int(seed)))
+        return {**inputs, "mlm_input_ids": masked.to(ids.device), "mlm_labels": labels.to(ids.device)}
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         z = self._embed(model, inputs)  # (B, V, H)
         loss = self.contrastive_loss(z)
@@ -244,6 +275,7 @@ class SimCSETrainer(Trainer):
         those of :meth:`compute_loss` on the whole batch (tests/test_gradcache.py). Returns the detached loss
         divided by the accumulation steps, like HF's ``training_step``.
         """
+        inputs = self._add_mlm_masks(inputs)
         chunk_size = self.gradient_cache_chunk_size
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
@@ -298,35 +330,43 @@ class SimCSETrainer(Trainer):
 
     # ------------------------------------------------------------------------------------------- data
     def _get_train_sampler(self, train_dataset=None):
-        """HF's sampler, except for a :class:`simcse.data.KeyedDataset` (augmentation and MLM runs): an
-        :class:`simcse.data.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the
-        epoch into the DataLoader workers, so random draws in the collator are new each epoch and the same
-        whatever the workers, and after a resume."""
+        """HF's sampler; for a :class:`simcse.data.KeyedDataset` (augmentation runs) an
+        :class:`simcse.data.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the epoch
+        into the DataLoader workers, so the collator's random draws are new each epoch and the same whatever the
+        workers and after a resume; with ``no_duplicates_rows`` (one tuple of texts per row) a
+        :class:`~simcse.samplers.NoDuplicatesSampler` over the global batch (per-device batch x processes)."""
         from .data import EpochKeyedSampler, KeyedDataset
 
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if isinstance(dataset, KeyedDataset):
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
             return EpochKeyedSampler(len(dataset), seed)
-        return super()._get_train_sampler(train_dataset)
+        if self.no_duplicates_rows is None:
+            return super()._get_train_sampler(train_dataset)
+        from .samplers import NoDuplicatesSampler
+
+        global_batch = self.args.per_device_train_batch_size * max(1, self.args.world_size)
+        return NoDuplicatesSampler(self.no_duplicates_rows, global_batch, seed=self.args.seed)
 
     # ------------------------------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """STS-B dev and SICK-R dev Spearman of the current model (dropout off).
 
         Logs and returns ``{prefix}_stsb_spearman``, ``{prefix}_sickr_spearman``, ``{prefix}_avg_sts``
-        (fractions), so ``metric_for_best_model="stsb_spearman"`` selects checkpoints.
+        (fractions), so ``metric_for_best_model="stsb_spearman"`` selects checkpoints. A collapsed model (every
+        cosine similarity equal) does not stop training: a warning names the task and its score is 0.0.
         """
         from .evaluation import evaluate_sts_dev
 
         data_dir = getattr(eval_dataset or self.eval_dataset, "data_dir", None) or self.senteval_dir
         model = self.accelerator.unwrap_model(self.model)
         bs = self.args.per_device_eval_batch_size
+        cap = getattr(getattr(model, "first", model), "max_input_tokens", 512)  # DualEncoderModel: its first encoder
 
         def encode(sentences):
-            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length)
+            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length or cap)
 
-        scores = evaluate_sts_dev(encode, data_dir)
+        scores = evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
         metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0
         self.log(metrics)

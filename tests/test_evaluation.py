@@ -203,8 +203,13 @@ def test_cosine_similarity_helper():
 
 
 # --------------------------------------------------------------------------------------- transfer
-def test_transfer_tasks_shape_and_accuracy(senteval_dir):
-    res = evaluate(fake_encode, ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"], senteval_dir, mode="fasttest", kfold=3, n_jobs=1)
+@pytest.mark.parametrize("classifier", ["senteval", "sklearn"])
+def test_transfer_tasks_shape_and_accuracy(senteval_dir, classifier):
+    res = evaluate(fake_encode, ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"], senteval_dir, mode="fasttest", kfold=3,
+                   n_jobs=1, classifier=classifier)
+    if classifier == "senteval":  # 40 training rows are 1 step per pass at batch 128: shapes only
+        assert all(0 <= r["acc"] <= 100 for r in res.values()) and set(res["MRPC"]) >= {"f1"}
+        return
     for task in ("MR", "CR", "SUBJ", "MPQA"):
         assert set(res[task]) == {"devacc", "acc", "ndev", "ntest"}
         assert res[task]["ndev"] == res[task]["ntest"] == 60
@@ -241,7 +246,7 @@ def test_inner_kfold_equals_naive_senteval_loop():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((90, 5))
     y = (X[:, 0] + 0.8 * rng.standard_normal(90) > 0).astype(int)
-    cfg = ClassifierConfig(kfold=3, seed=1111, tol=1e-10, max_iter=5000, n_jobs=2)
+    cfg = ClassifierConfig(kfold=3, seed=1111, tol=1e-10, max_iter=5000, n_jobs=2, classifier="sklearn")
     got = inner_kfold(X, y, cfg)
     from threadpoolctl import threadpool_limits
 
@@ -265,7 +270,8 @@ def test_kfold_then_test_equals_naive_loop():
         scores.append(round(100 * np.mean(accs), 2))
     best = int(np.argmax(scores))
     clf = LogisticRegression(C=regs[best], tol=1e-10, max_iter=5000).fit(Xtr, ytr)
-    res, yhat = kfold_then_test(Xtr, ytr, Xte, yte, ClassifierConfig(kfold=5, seed=7, tol=1e-10, max_iter=5000, n_jobs=1))
+    res, yhat = kfold_then_test(Xtr, ytr, Xte, yte, ClassifierConfig(kfold=5, seed=7, tol=1e-10, max_iter=5000, n_jobs=1,
+                                                                        classifier="sklearn"))
     assert res["devacc"] == scores[best]
     assert res["acc"] == round(100 * clf.score(Xte, yte), 2)
     np.testing.assert_array_equal(yhat, clf.predict(Xte))

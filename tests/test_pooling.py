@@ -8,7 +8,7 @@ from simcse.modeling import SimCSEModel
 from simcse.pooling import POOLERS, get_pooler
 
 
-ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last"]
+ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
 
 
 def test_registry_names_and_unknown():
@@ -42,9 +42,28 @@ def test_poolers_against_manual_computation(tiny_bert_dir):
                 "avg": hs[-1][i, :n].mean(0),
                 "avg_top2": ((hs[-1][i, :n] + hs[-2][i, :n]) / 2).mean(0),
                 "avg_first_last": ((hs[1][i, :n] + hs[-1][i, :n]) / 2).mean(0),
+                "avg_first_last_embeddings": ((hs[0][i, :n] + hs[-1][i, :n]) / 2).mean(0),
                 "cls_before_pooler": hs[-1][i, 0],
             }
             for name, vec in expect.items():
                 p = get_pooler(name)
                 got = p.fn(hs[-1], m, hs)[i]
                 torch.testing.assert_close(got, vec, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_avg_first_last_embeddings_is_the_embedding_layer_plus_last_layer(arch, request):
+    """The paper's printed "first-last avg.": (word+position+type embeddings, after LayerNorm) + last layer."""
+    folder = request.getfixturevalue(f"tiny_{arch}_dir")
+    model = SimCSEModel.from_pretrained(str(folder), pooler_type="avg_first_last_embeddings").eval()
+    fixed = SimCSEModel.from_pretrained(str(folder), pooler_type="avg_first_last").eval()
+    batch = tokenize(model, SENTENCES[:3], pad_to=24)
+    with torch.no_grad():
+        got = model(**batch)
+        emb = model.encoder.embeddings(input_ids=batch["input_ids"])  # (N, L, H): hidden_states[0]
+        last = model.encoder(**batch).last_hidden_state  # (N, L, H)
+        m = batch["attention_mask"].unsqueeze(-1).float()
+        expect = (((emb + last) / 2) * m).sum(1) / m.sum(1)
+        other = fixed(**batch)
+    torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, other, atol=1e-3)  # not the first transformer layer's average

@@ -14,7 +14,7 @@ import simcse.modeling as modeling
 import simcse.unpadded as unpadded
 
 
-POOLERS = ["cls", "avg", "avg_first_last", "avg_top2"]
+POOLERS = ["cls", "avg", "avg_first_last", "avg_first_last_embeddings", "avg_top2"]
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import data as D
 from .sts import cosine_similarity, score_sts
+from .logreg import SETTINGS as LOGREG_SETTINGS
 from .transfer import (ClassifierConfig, check_finite, check_labels, inner_kfold, kfold_then_test, pair_features,
                        split_select)
 
@@ -239,6 +240,7 @@ def evaluate(
     kfold: int | None = None,
     seed: int = 1111,
     n_jobs: int | None = None,
+    classifier: str = "senteval",
 ) -> dict:
     """Evaluate sentence embeddings on SentEval tasks; returns ``{task: results}`` in SentEval's shape.
 
@@ -254,6 +256,9 @@ def evaluate(
         kfold: override the number of transfer folds (default 10 in test mode, 5 otherwise).
         seed: fold shuffling and classifier seed.
         n_jobs: processes for the transfer classifiers (default one per core).
+        classifier: ``"senteval"`` (default: SentEval's PyTorch logistic regression with the reference
+            ``evaluation.py`` settings of ``mode``, as in the paper's transfer table) or ``"sklearn"``
+            (SentEval's scikit-learn path: faster, not comparable with the paper's numbers).
 
     Returns:
         For STS12-16: ``{subset: {"pearson": (r, p), "spearman": (rho, p), "nsamples": n}, ...,
@@ -271,7 +276,8 @@ def evaluate(
     splits = _sts_splits(mode, sts_splits)
     folder = D.resolve_senteval_dir(data_dir)
     check_data(folder, names)
-    cfg = ClassifierConfig(kfold=kfold if kfold is not None else (10 if mode == "test" else 5), seed=seed, n_jobs=n_jobs)
+    cfg = ClassifierConfig(kfold=kfold if kfold is not None else (10 if mode == "test" else 5), seed=seed, n_jobs=n_jobs,
+                           classifier=classifier, logreg=LOGREG_SETTINGS[mode])
     plan = [_make_task(n, folder, splits) for n in names]
     for task in plan:
         task.check(cfg)
@@ -296,16 +302,25 @@ def _dev_plan(stsb_key: tuple, sick_key: tuple):
     return unique, [(rows(p.sent1), rows(p.sent2), p.scores) for p in (stsb, sick)]
 
 
-def evaluate_sts_dev(encode: Encoder, data_dir: str | Path | None = None) -> dict[str, float]:
+def evaluate_sts_dev(encode: Encoder, data_dir: str | Path | None = None, constant_score: float | None = None
+                     ) -> dict[str, float]:
     """STS-B dev and SICK-R dev (``SICK_trial.txt``) Spearman of cosine similarity, as fractions.
 
     Fast path for training-time evaluation: files are parsed once per process and every distinct
     sentence is encoded once per call.
 
+    Args:
+        constant_score: when every cosine similarity of a task is equal (a collapsed model), the score to
+            record for it instead of raising (the trainer uses 0.0: a constant ranking agrees with nothing),
+            with a warning naming the task. ``None``: raise.
+
     Returns:
         ``{"stsb_spearman": float, "sickr_spearman": float, "avg_sts": float}`` (avg = their mean).
+
+    Raises:
+        ConstantScoresError: constant similarities and ``constant_score`` is None.
     """
-    from scipy.stats import spearmanr
+    from .sts import ConstantScoresError, correlations
 
     folder = D.resolve_senteval_dir(data_dir)
     stsb_file = folder / "STS" / "STSBenchmark" / "sts-dev.csv"
@@ -319,6 +334,12 @@ def evaluate_sts_dev(encode: Encoder, data_dir: str | Path | None = None) -> dic
     out = {}
     for key, task, (i1, i2, gold) in zip(("stsb_spearman", "sickr_spearman"), ("STSBenchmark/dev", "SICKRelatedness/dev"), parts):
         sims = cosine_similarity(emb[i1], emb[i2], task=task)
-        out[key] = float(spearmanr(sims, gold)[0])
+        try:
+            out[key] = float(correlations(sims, gold, task=task)["spearman"][0])
+        except ConstantScoresError as e:
+            if constant_score is None:
+                raise
+            logger.warning("%s; %s recorded as %s", e, key, constant_score)
+            out[key] = float(constant_score)
     out["avg_sts"] = (out["stsb_spearman"] + out["sickr_spearman"]) / 2
     return out

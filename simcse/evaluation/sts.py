@@ -27,6 +27,14 @@ class Correlation(NamedTuple):
         return self.correlation
 
 
+class ConstantScoresError(ValueError):
+    """Every system score of an STS task is the same value, so no correlation is defined.
+
+    Raised instead of returning ``nan`` (which scipy gives for a constant input and a table would print or
+    average). Seen with collapsed models that map every sentence to one vector.
+    """
+
+
 def cosine_similarity(a: np.ndarray, b: np.ndarray, task: str = "") -> np.ndarray:
     """Row-wise cosine similarity of two (n, H) arrays, in float64, each in [-1, 1].
 
@@ -56,11 +64,23 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray, task: str = "") -> np.ndarra
 
 
 def correlations(sys_scores: np.ndarray, gold: np.ndarray, task: str = "") -> dict:
-    """``{"pearson": Correlation, "spearman": Correlation, "nsamples": n}`` of system vs gold scores."""
+    """``{"pearson": Correlation, "spearman": Correlation, "nsamples": n}`` of system vs gold scores (n,).
+
+    Raises:
+        ConstantScoresError: every system score is equal (constant embeddings); the message names ``task``.
+        ValueError: fewer than 2 pairs, or every gold score is equal.
+    """
     sys_scores = np.asarray(sys_scores, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.float64)
+    name = task or "STS"
     if len(sys_scores) < 2:
-        raise ValueError(f"{task or 'STS'}: need at least 2 scored pairs, got {len(sys_scores)}")
+        raise ValueError(f"{name}: need at least 2 scored pairs, got {len(sys_scores)}")
+    if np.all(sys_scores == sys_scores[0]):
+        raise ConstantScoresError(
+            f"{name}: all {len(sys_scores)} cosine similarities equal {sys_scores[0]:.6g} (every sentence got the same "
+            "embedding direction: a constant or collapsed encoder); Spearman and Pearson are undefined")
+    if np.all(gold == gold[0]):
+        raise ValueError(f"{name}: all {len(gold)} gold scores equal {gold[0]:.6g}; a correlation is undefined")
     p, s = pearsonr(sys_scores, gold), spearmanr(sys_scores, gold)
     return {
         "pearson": Correlation(float(p[0]), float(p[1])),

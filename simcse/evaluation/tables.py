@@ -54,10 +54,28 @@ def format_table(values: dict[str, float]) -> str:
     return "\n".join([rule, head, rule, row, rule])
 
 
-def format_tables(results: dict, mode: str = "test") -> str:
-    """Both tables as text, each under a title line."""
+def table_notes(mode: str = "test", classifier: str = "senteval") -> dict[str, str]:
+    """What each table's numbers are (metric, aggregation, split, classifier), for the printed table and JSON.
+
+    Args:
+        mode: ``"test"``, ``"fasttest"`` or ``"dev"``. classifier: ``"senteval"`` or ``"sklearn"``.
+    """
+    split = "dev" if mode == "dev" else "test"
+    sts = f"Spearman x 100 of cosine similarity; STSBenchmark and SICKRelatedness: {split} split"
+    if mode != "dev":
+        sts += "; STS12-16: 'all' (the pairs of all subsets pooled, not the mean or wmean of subsets)"
+    folds = 10 if mode == "test" else 5
+    clf = ("SentEval's PyTorch logistic regression (paper-comparable)" if classifier == "senteval"
+           else "scikit-learn logistic regression (not paper-comparable)")
+    what = "dev accuracy (%), mean of the inner cross-validation" if mode == "dev" else "test accuracy (%)"
+    return {"sts": sts, "transfer": f"{what}; {clf}; {folds}-fold cross-validation where the task has no split"}
+
+
+def format_tables(results: dict, mode: str = "test", classifier: str = "senteval") -> str:
+    """Both tables as text, each under a title line and a line saying what the numbers are."""
     values = table_values(results, mode)
     titles = {"sts": "STS (Spearman x 100)", "transfer": "Transfer (accuracy)"}
     if mode == "dev":
         titles = {"sts": "STS dev (Spearman x 100)", "transfer": "Transfer (dev accuracy)"}
-    return "\n".join(f"------ {mode} : {titles[k]} ------\n{format_table(v)}" for k, v in values.items())
+    notes = table_notes(mode, classifier)
+    return "\n".join(f"------ {mode} : {titles[k]} ------\n{notes[k]}\n{format_table(v)}" for k, v in values.items())

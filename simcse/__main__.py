@@ -1,0 +1,7 @@
+"""``python -m simcse ...``: the ``simcse`` command (:func:`simcse.cli.main`)."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

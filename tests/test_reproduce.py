@@ -1,0 +1,85 @@
+"""simcse.reproduce: tiny pretrain -> tiny reproduction, end to end, plus its helpers."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from conftest import random_sentences
+
+from simcse import reproduce
+
+
+def test_average_cosine_matches_the_pairwise_mean():
+    x = np.random.default_rng(0).normal(size=(7, 5)) + 0.5
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    cos = u @ u.T
+    expected = (cos.sum() - np.trace(cos)) / (7 * 6)
+    assert reproduce.average_cosine(x) == pytest.approx(expected, abs=1e-12)
+    assert reproduce.average_cosine(np.ones((4, 3))) == pytest.approx(1.0)
+
+
+def test_bad_budget_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        reproduce.parse(["--model_name_or_path", "m", "--output_dir", "o", "--steps", "0"])
+    assert "--steps must be >= 1" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from test_evaluation import write_senteval
+
+    from simcse.pretrain import PretrainArguments, pretrain
+
+    root = tmp_path_factory.mktemp("repro")
+    corpus = root / "wiki.txt"
+    sents = random_sentences(160, seed=5)
+    corpus.write_text("\n".join(sents) + "\n", encoding="utf-8")
+    nli = root / "nli.csv"
+    with open(nli, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["sent0", "sent1", "hard_neg"])
+        w.writerows(zip(sents, sents[1:], sents[2:]))
+    raw = pretrain(PretrainArguments(train_file=str(corpus), output_dir=str(root / "raw"), vocab_size=120,
+                                     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, max_seq_length=16,
+                                     batch_size=8, max_steps=6, save_steps=100, logging_steps=2, bf16=False))
+    data = write_senteval(root / "downstream")
+    out = root / "out"
+    argv = ["--model_name_or_path", str(raw), "--output_dir", str(out), "--train_file", str(corpus),
+            "--sup_train_file", str(nli), "--senteval_dir", str(data), "--steps", "2", "--batch_size", "8",
+            "--align_every", "1", "--table3_rows", "p0.0", "p0.1", "fixed0.1", "--whitening_sentences", "100"]
+    return argv, out, reproduce.main(argv)
+
+
+def test_tiny_reproduction_writes_every_part(tiny_run):
+    _, out, results = tiny_run
+    assert set(results) == {"raw", "table3", "sup", "spectrum"}
+    for part in results:
+        assert json.loads((out / f"{part}.json").read_text()) == json.loads(json.dumps(results[part]))
+    raw = results["raw"]
+    assert list(raw) == ["avg", "cls_before_pooler", "avg_first_last", "whitening"]
+    for row in raw.values():
+        assert set(reproduce.STS_TASKS) | {"Avg.", "STSBenchmark_dev"} <= set(row)
+        assert all(-100 <= row[t] <= 100 for t in reproduce.STS_TASKS)
+    rows = results["table3"]["rows"]
+    assert [r["slug"] for r in rows] == ["untrained", "p0.0", "p0.1", "fixed0.1"]
+    assert [c["step"] for c in rows[2]["curve"]] == [1, 2]
+    assert "Avg." in results["table3"]["unsup"]
+    assert results["sup"]["steps"] == 2 and "--hard_negative_weight 1.0" in results["sup"]["command"]
+    spec = results["spectrum"]["rows"]
+    assert list(spec) == ["raw, cls_before_pooler", "raw, avg", "unsup SimCSE", "sup SimCSE"]
+    assert all(-1 <= r["avg_cosine"] <= 1 and 0 <= r["sv2_over_sv1"] <= 1 for r in spec.values())
+    assert (out / "spectrum.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "table3" / "table3_training_curve.png").is_file()
+    summary = (out / "summary.md").read_text()
+    assert "| p = 0.1 | 82.5 |" in summary and "| fixed 0.1 | 43.6 |" in summary
+    assert "| raw, avg_first_last |" in summary and summary.count("| 76.25 |") == 1
+
+
+def test_rerun_reads_finished_parts_back(tiny_run):
+    argv, out, results = tiny_run
+    stamp = (out / "raw.json").stat().st_mtime_ns
+    again = reproduce.main(argv + ["--parts", "raw", "spectrum"])
+    assert (out / "raw.json").stat().st_mtime_ns == stamp
+    assert again["raw"] == results["raw"] and again["sup"] == results["sup"]
