@@ -275,7 +275,7 @@ def test_best_checkpoint_is_kept_and_loaded_at_end(setup, tmp_path, monkeypatch)
 
     scripted = iter([0.2, 0.9, 0.5, 0.1])  # dev STS-B at steps 1..4: best at step 2, later ones worse
 
-    def fake_dev(encode, data_dir=None):
+    def fake_dev(encode, data_dir=None, constant_score=None):  # the trainer passes constant_score
         v = next(scripted, 0.0)
         return {"stsb_spearman": v, "sickr_spearman": v, "avg_sts": v}
 
