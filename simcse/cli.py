@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -204,15 +205,26 @@ def cmd_encode(args) -> int:
         raise CLIError("--shard-size and --dtype apply to a folder --output (shards), not to a .npy file")
     sentences = _read_lines(args.input, args.skip_blank, args.column)
     tool = _tool(args, args.model)
+    from .storage import check_room, writing
+
+    needed = 4 * len(sentences) * tool.hidden_size + 128
+    check_room(out.parent, needed, f"the embeddings {out.name}", largest_file=needed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM
-    arr = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
-    for start in range(0, len(sentences), args.chunk_size):
-        chunk = sentences[start : start + args.chunk_size]
-        arr[start : start + len(chunk)] = tool.encode(chunk, batch_size=args.batch_size, return_numpy=True,
-                                                       normalize_to_unit=not args.no_normalize, dtype=_dtype(args))
-    arr.flush()
-    del arr
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        with writing(f"the embeddings {out.name}", out.parent, needed):
+            # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM;
+            # under a hidden name, renamed when complete
+            arr = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
+            for start in range(0, len(sentences), args.chunk_size):
+                chunk = sentences[start : start + args.chunk_size]
+                arr[start : start + len(chunk)] = tool.encode(chunk, batch_size=args.batch_size, return_numpy=True,
+                                                               normalize_to_unit=not args.no_normalize, dtype=_dtype(args))
+            arr.flush()
+            del arr
+            os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     print(f"wrote {out} ({len(sentences)} x {tool.hidden_size} float32)", file=sys.stderr)
     return 0
 

@@ -637,14 +637,21 @@ class SimCSE:
         Atomic: everything is written into a temporary sibling folder that then takes ``folder``'s place,
         so an interrupted save leaves the previous index (or nothing) under ``folder``, never a mix.
 
+        The files are written into a temporary sibling folder first and moved in by renames, so a failed save
+        leaves ``folder`` as it was.
+
         Raises:
             RuntimeError: there is no index.
             FileExistsError: ``folder`` (or a folder above it) is an existing file; nothing is written.
+            simcse.storage.WriteError: disk full, file size limit, read-only or failing storage (one line
+                naming the folder and the space needed vs free).
         """
         from .store import SentenceStore
 
         if self.index is None:
             raise RuntimeError("no index to save: call build_index(...) first")
+        from .storage import writing
+
         folder = Path(folder)
         _check_folder_target(folder)
         model_ref = self.model_name_or_path
@@ -662,7 +669,9 @@ class SimCSE:
             (tmp / TOOL_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
 
         same = self._index_folder is not None and folder.resolve() == self._index_folder
-        _replace_folder(folder, write)
+        needed = 4 * self.index.ntotal * self.index.dim  # the vectors (the sentences come on top)
+        with writing("the index", folder.parent, needed):  # disk full etc.: one line; the old folder is kept
+            _replace_folder(folder, write)
         if same:  # the loaded files were replaced: read the index and sentences from the new ones
             self.load_index(folder)
 
