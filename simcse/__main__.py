@@ -1,4 +1,5 @@
-"""``python -m simcse ...``: the ``simcse`` command (:func:`simcse.cli.main`)."""
+"""``python -m simcse ...``: the ``simcse`` command (:func:`simcse.cli.main`; so ``torchrun -m simcse encode ...``
+works)."""
 import sys
 
 from .cli import main

@@ -256,3 +256,21 @@ class DataTrainingArguments:
             raise ValueError("--dataset_name/--dataset_config_name are not supported: give the data as --train_file "
                              "(a .txt or .csv file), as the reference's train.py requires too")
         check_train_file(self.train_file)
+
+
+@dataclass
+class RunArguments:
+    """How the run reacts to the machine: preemption signals."""
+
+    save_on_signal: str = field(
+        default="TERM,USR1",
+        metadata={"help": "Signals (comma-separated names: TERM, USR1, USR2, INT, HUP) on which training finishes "
+                          "the current optimizer step, saves a checkpoint, prints the command that resumes it and "
+                          "exits with status 75. SLURM sends TERM (or USR1 with --signal) before preempting a job. "
+                          "'none': signals keep their default effect."},
+    )
+
+    def __post_init__(self):
+        from .callbacks import parse_signals
+
+        self.signals = parse_signals(self.save_on_signal)

@@ -22,8 +22,11 @@ highest-scoring vocabulary entry that is neither a special token nor the origina
 token really changes. The MLM is the training checkpoint's own pre-trained MLM head, loaded once and never
 trained; a checkpoint without one (e.g. a sentence-transformers export such as all-MiniLM-L6-v2) is an error.
 
-All randomness comes from one ``random.Random(seed)`` held by the caller (the collator), so a run is
-reproducible with ``dataloader_num_workers=0``.
+In training, every draw is keyed by (seed, epoch, example): :class:`simcse.data.EpochKeyedSampler` hands each
+example's position ``epoch * n + row`` to :class:`simcse.data.KeyedDataset`, which puts it in the example as
+``draw_key``, and :class:`AugmentingCollator` seeds the draws of each batch from its keys. So every epoch draws anew, and a
+run gives the same batches and the same augmentations with 0 or N DataLoader workers, persistent or not,
+and after a resume (HF Trainer sets the sampler's epoch).
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
+
+from .data import DRAW_KEY
 
 AUGMENTATIONS = ("none", "crop", "word_deletion", "delete_one_word", "mlm")
 WORD_AUGMENTATIONS = ("crop", "word_deletion", "delete_one_word")
@@ -190,10 +195,10 @@ class AugmentingCollator:
     Examples are mappings with a text column ``text_column``. View 0 is the tokenised sentence, view 1 the
     tokenised ``word_augment(sentence)`` (word-level) or ``token_augment(view-0 ids)`` (``mlm``). Tokenisation
     truncates to ``max_seq_length``; padding and the output keys are those of ``base``
-    (:class:`simcse.data.ContrastiveCollator`). ``seed`` seeds the one ``random.Random`` all draws come from
-    (inside a DataLoader worker, ``seed`` and the worker id, so workers do not repeat each other's draws;
-    a run is reproducible for a fixed ``dataloader_num_workers``). The ``mlm`` augmenter runs its model on
-    the CPU inside the collator.
+    (:class:`simcse.data.ContrastiveCollator`). Examples that carry a ``draw_key`` (from :class:`KeyedDataset`)
+    get their draws from ``random.Random`` seeded by ``seed`` and the batch's keys: the same whichever process
+    collates the batch. Without keys, draws come from one ``random.Random(seed)`` stream (inside a DataLoader
+    worker, ``seed`` and the worker id). The ``mlm`` augmenter runs its model on the CPU inside the collator.
 
     Raises:
         ValueError: neither or both of ``word_augment``/``token_augment`` given; an example without the
@@ -225,14 +230,19 @@ class AugmentingCollator:
         except KeyError:
             raise ValueError(f"AugmentingCollator needs a {self.text_column!r} text column; got keys "
                              f"{sorted(features[0]) if features else []}") from None
+        keys = [f.get(DRAW_KEY) for f in features]
+        keyed = all(k is not None for k in keys)
         tok = lambda xs: self.tokenizer(xs, truncation=True, max_length=self.max_seq_length)  # noqa: E731
         first = tok(texts)
         if self.word_augment is not None:
-            second = tok([self.word_augment(t, self.rng) for t in texts])
+            rngs = [random.Random(f"{self.seed}:{k}") for k in keys] if keyed else [self.rng] * len(texts)
+            second = tok([self.word_augment(t, r) for t, r in zip(texts, rngs)])
         else:
-            new_ids = self.token_augment(first["input_ids"], self.rng)
+            rng = random.Random(f"{self.seed}:{','.join(map(str, keys))}") if keyed else self.rng
+            new_ids = self.token_augment(first["input_ids"], rng)
             second = {k: [list(v) for v in first[k]] for k in first.keys()}
             second["input_ids"] = new_ids
-        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in first]
-        feats = [{k: [first[k][i], second[k][i]] for k in keys} for i in range(len(texts))]
+        names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in first]
+        feats = [{k: [first[k][i], second[k][i]] for k in names} for i in range(len(texts))]
         return self.base(feats)
+

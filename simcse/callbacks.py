@@ -166,3 +166,115 @@ def read_align_uniform_log(path: str | os.PathLike) -> list[dict]:
     if not records:
         raise ValueError(f"metrics log {str(p)!r} has no record")
     return sorted(records, key=lambda r: r["step"])
+
+
+# ------------------------------------------------------------------------------------------ preemption
+EXIT_PREEMPTED = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, the user is invited to retry"
+DEFAULT_SAVE_SIGNALS = ("TERM", "USR1")
+_UNCATCHABLE = {"KILL", "STOP"}
+
+
+def parse_signals(spec: str | None) -> tuple[str, ...]:
+    """``"TERM,USR1"`` (names with or without ``SIG``, any case; ``""``/``"none"``: none) -> ``("TERM", "USR1")``.
+
+    Raises:
+        ValueError: a name that is not a signal of this platform, or one that cannot be caught (KILL, STOP).
+    """
+    import signal
+
+    names = []
+    for raw in (spec or "").replace(" ", "").split(","):
+        name = raw.upper().removeprefix("SIG")
+        if name in ("", "NONE"):
+            continue
+        if name in _UNCATCHABLE or not isinstance(getattr(signal, f"SIG{name}", None), signal.Signals):
+            raise ValueError(f"--save_on_signal: {raw!r} is not a signal that can be caught; expected names such as "
+                             "TERM, USR1, USR2, INT, HUP separated by commas, or 'none'")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+class SaveOnSignalCallback(TrainerCallback):
+    """Stop training cleanly on a signal: finish the optimizer step, save a checkpoint, stop.
+
+    While training runs, each of ``signals`` (default SIGTERM and SIGUSR1, which SLURM sends before a job is
+    preempted or reaches its time limit) only sets a flag. At the end of the current optimizer step the callback
+    asks HF Trainer to save a checkpoint (``control.should_save``, so it goes through the trainer's own atomic
+    ``checkpoint-N`` save) and to stop (``control.should_training_stop``). Under torch.distributed the flag is
+    combined over all ranks (all-reduce MAX) at every step, so every rank stops after the same step even when
+    the signal reached them at different times, and the checkpoint is written by all of them together.
+    Further signals while stopping are logged and ignored, so a second SIGTERM cannot cut the save short.
+
+    After ``trainer.train()`` returns, :attr:`checkpoint` is the path of that checkpoint (None when no signal
+    came) and :attr:`signal_name` the signal's name. The handlers are those of the process again once training
+    has ended (:class:`simcse.trainer.SimCSETrainer` also restores them when training raises). Signal handlers
+    can only be installed by the main thread; elsewhere the callback does nothing.
+    """
+
+    def __init__(self, signals=DEFAULT_SAVE_SIGNALS):
+        self.signals = parse_signals(",".join(signals) if not isinstance(signals, str) else signals)
+        self.signal_name: str | None = None
+        self.stop_step: int | None = None
+        self.checkpoint: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+
+        name = signal.Signals(signum).name
+        if self.signal_name is None:
+            self.signal_name = name
+            logger.warning("%s received: finishing this optimizer step, then saving a checkpoint and stopping", name)
+        else:
+            logger.warning("%s received while stopping: ignored until the checkpoint is saved", name)
+
+    def _install(self) -> None:
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for name in self.signals:
+            sig = getattr(signal, f"SIG{name}")
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore_handlers(self) -> None:
+        """Put back the signal handlers the process had before training (idempotent)."""
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _requested_anywhere(self, args) -> bool:
+        flag = self.signal_name is not None
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            import torch
+
+            t = torch.tensor([1.0 if flag else 0.0], device=args.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            if t.item() > 0 and not flag:
+                self.signal_name = "a signal on another rank"
+            return bool(t.item() > 0)
+        return flag
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.signal_name, self.stop_step, self.checkpoint = None, None, None
+        self._install()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stop_step is None and self._requested_anywhere(args):
+            self.stop_step = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.stop_step is not None and state.global_step == self.stop_step:
+            self.checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.restore_handlers()

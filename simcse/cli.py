@@ -1,7 +1,9 @@
 """The ``simcse`` command.
 
     simcse encode   --model M --input sentences.txt --output emb.npy [--pooler avg] [--bf16]
-    simcse index    --model M --input corpus.txt --output DIR [--fast] [--no-faiss]
+    simcse encode   --model M --input corpus.txt --output DIR [--shard-size 100000] [--dtype float16]
+    torchrun --nproc_per_node N -m simcse encode --model M --input corpus.txt --output DIR
+    simcse index    --model M --input corpus.txt|SHARD_DIR --output DIR [--kind exact|ivf|ivfpq|hnsw] [--no-faiss]
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
     simcse serve    [--index DIR | --model M --input corpus.txt] [--host 127.0.0.1] [--port 8000]
     simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
@@ -18,12 +20,15 @@ read the column ``--column`` names, ``.jsonl`` files one JSON string or object (
 ``encode`` writes a float32 ``.npy`` of shape (N, H), row i for record i; a blank record is an error unless
 ``--skip-blank`` (then rows follow the non-blank records). ``search`` encodes the queries with the model and
 pooler the index records; a different ``--model``/``--pooler`` is an error.
+With ``--output`` a folder, ``encode`` streams the file into resumable shards (:mod:`simcse.shards`),
+split across ranks under ``torchrun``.
 Problems with the inputs end the command with ``error: ...`` on stderr and exit status 2.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,21 +60,34 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--input", required=True, help="text file, one sentence per line ('-' for stdin); or .csv/.tsv/"
                    ".jsonl with --column")
     e.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv file (field of a .jsonl file)")
-    e.add_argument("--output", required=True, help=".npy file to write (float32, N x H)")
+    e.add_argument("--output", required=True, help=".npy file to write (float32, N x H), or a folder: the file "
+                   "streamed into resumable shards plus manifest.json (data-parallel under torchrun)")
     e.add_argument("--no-normalize", action="store_true", help="keep raw embeddings (default: unit length)")
     e.add_argument("--skip-blank", action="store_true", help="skip blank lines instead of failing on them")
     e.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded per step")
+    e.add_argument("--shard-size", type=int, default=None, help="folder output: rows per shard (default 100000)")
+    e.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="folder output: stored dtype")
 
     i = sub.add_parser("index", help="build a search index of the lines of a text file")
     _add_model_args(i)
     i.add_argument("--input", required=True, help="text file, one sentence per line (blank lines skipped); or "
-                   ".csv/.tsv/.jsonl with --column")
+                   ".csv/.tsv/.jsonl with --column; or a shard folder written by 'simcse encode --output DIR' "
+                   "(not encoded again)")
     i.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv file (field of a .jsonl file)")
     i.add_argument("--output", required=True, help="folder to write the index into")
     g = i.add_mutually_exclusive_group()
     g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None, help="require faiss")
     g.add_argument("--no-faiss", dest="use_faiss", action="store_false", help="numpy exact search")
-    i.add_argument("--fast", action="store_true", help="approximate faiss IVF index (inner product)")
+    i.add_argument("--fast", action="store_true", help="approximate faiss IVF index (inner product); = --kind ivf")
+    i.add_argument("--kind", choices=["exact", "ivf", "ivfpq", "hnsw"], default=None,
+                   help="exact (faiss IndexFlatIP / numpy), ivf (IVF-Flat), ivfpq (IVF-PQ, re-ranked from vectors "
+                   "on disk), hnsw; default exact (ivf with --fast)")
+    for flag, what in (("--nlist", "IVF clusters (default ~4*sqrt(N))"), ("--nprobe", "IVF clusters visited per query"),
+                       ("--train-size", "IVF training vectors"), ("--pq-m", "IVF-PQ bytes per code (default H/8)"),
+                       ("--refine-factor", "IVF-PQ candidates re-ranked per result (1: none; default 50)"),
+                       ("--hnsw-m", "HNSW neighbours per node (default 32)"),
+                       ("--ef-search", "HNSW search list (default 64)")):
+        i.add_argument(flag, type=int, default=None, help=what)
     i.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded and added per step")
 
     s = sub.add_parser("search", help="query an index built by 'simcse index'")
@@ -155,33 +173,104 @@ def _dtype(args):
     return torch.bfloat16 if getattr(args, "bf16", False) else None
 
 
+def _is_folder_output(out: Path) -> bool:
+    return out.is_dir() or (out.suffix == "" and not out.exists())
+
+
+def cmd_encode_shards(args) -> int:
+    """``simcse encode --output DIR``: streaming, sharded, resumable; this rank's share under torchrun."""
+    import os
+
+    from .shards import DEFAULT_SHARD_SIZE, encode_to_shards
+
+    if args.input == "-" or not Path(args.input).is_file():
+        raise CLIError(f"--input {args.input!r} is not a file (a folder output needs a file: it is read again to resume)")
+    if "LOCAL_RANK" in os.environ and args.device is None:  # torchrun: one GPU per process when there are GPUs
+        import torch
+
+        if torch.cuda.is_available():
+            args.device = f"cuda:{int(os.environ['LOCAL_RANK']) % torch.cuda.device_count()}"
+    tool = _tool(args, args.model)
+    settings = {"model": tool.model_name_or_path, "pooler": tool.pooler, "hidden_size": tool.hidden_size,
+                "normalize": not args.no_normalize, "max_length": args.max_length,
+                "compute_dtype": "bfloat16" if args.bf16 else "float32"}
+
+    def encode(texts):
+        return tool.encode(texts, batch_size=args.batch_size, return_numpy=True, normalize_to_unit=not args.no_normalize,
+                           dtype=_dtype(args), show_progress=False)
+
+    manifest = encode_to_shards(encode, args.input, args.output, settings, shard_size=args.shard_size or DEFAULT_SHARD_SIZE,
+                                dtype=args.dtype, skip_blank=args.skip_blank, column=args.column,
+                                log=lambda m: print(m, file=sys.stderr, flush=True))
+    if manifest is not None:
+        print(f"wrote {args.output} ({manifest['num_rows']} x {tool.hidden_size} {args.dtype} in "
+              f"{manifest['num_shards']} shards)", file=sys.stderr)
+    return 0
+
+
 def cmd_encode(args) -> int:
     import numpy as np
 
     out = Path(args.output)
+    if out.suffix != ".npy" and _is_folder_output(out):
+        return cmd_encode_shards(args)
     if out.suffix != ".npy":
-        raise CLIError(f"--output {args.output!r} must end in .npy")
+        raise CLIError(f"--output {args.output!r} must end in .npy (one array) or name a folder (shards)")
+    if args.shard_size is not None or args.dtype != "float32":
+        raise CLIError("--shard-size and --dtype apply to a folder --output (shards), not to a .npy file")
     sentences = _read_lines(args.input, args.skip_blank, args.column)
     tool = _tool(args, args.model)
+    from .storage import check_room, writing
+
+    needed = 4 * len(sentences) * tool.hidden_size + 128
+    check_room(out.parent, needed, f"the embeddings {out.name}", largest_file=needed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM
-    arr = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
-    for start in range(0, len(sentences), args.chunk_size):
-        chunk = sentences[start : start + args.chunk_size]
-        arr[start : start + len(chunk)] = tool.encode(chunk, batch_size=args.batch_size, return_numpy=True,
-                                                       normalize_to_unit=not args.no_normalize, dtype=_dtype(args))
-    arr.flush()
-    del arr
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        with writing(f"the embeddings {out.name}", out.parent, needed):
+            # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM;
+            # under a hidden name, renamed when complete
+            arr = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
+            for start in range(0, len(sentences), args.chunk_size):
+                chunk = sentences[start : start + args.chunk_size]
+                arr[start : start + len(chunk)] = tool.encode(chunk, batch_size=args.batch_size, return_numpy=True,
+                                                               normalize_to_unit=not args.no_normalize, dtype=_dtype(args))
+            arr.flush()
+            del arr
+            os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     print(f"wrote {out} ({len(sentences)} x {tool.hidden_size} float32)", file=sys.stderr)
     return 0
 
 
+def _index_params(args) -> dict:
+    names = {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size", "pq_m": "m",
+             "refine_factor": "refine_factor", "hnsw_m": "m", "ef_search": "ef_search"}
+    takes = {"ivf": {"nlist", "nprobe", "train_size"}, "ivfpq": {"nlist", "nprobe", "train_size", "pq_m", "refine_factor"},
+             "hnsw": {"hnsw_m", "ef_search"}}.get(args.kind or ("ivf" if args.fast else "exact"), set())
+    params = {}
+    for opt, key in names.items():
+        v = getattr(args, opt)
+        if v is None:
+            continue
+        if opt not in takes:
+            raise CLIError(f"--{opt.replace('_', '-')} does not apply to --kind {args.kind or 'exact'}")
+        params[key] = v
+    if args.kind:
+        params["kind"] = args.kind
+    return params
+
+
 def cmd_index(args) -> int:
-    if not Path(args.input).is_file():
-        raise CLIError(f"--input {args.input!r} is not a file")
+    from .shards import is_shard_folder
+
+    if not Path(args.input).is_file() and not is_shard_folder(args.input):
+        raise CLIError(f"--input {args.input!r} is not a file or a finished shard folder (with manifest.json)")
+    params = _index_params(args)
     tool = _tool(args, args.model)
     tool.build_index(args.input, use_faiss=args.use_faiss, faiss_fast=args.fast, batch_size=args.batch_size,
-                     column=args.column, chunk_size=args.chunk_size)
+                     column=args.column, chunk_size=args.chunk_size, **params)
     tool.save_index(args.output)
     print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)
     return 0
@@ -327,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        for name in ("batch_size", "max_length", "chunk_size", "top_k", "max_lines"):
+        for name in ("batch_size", "max_length", "chunk_size", "top_k", "max_lines", "shard_size", "nlist", "nprobe",
+                     "train_size", "pq_m", "refine_factor", "hnsw_m", "ef_search"):
             v = getattr(args, name, None)
             if v is not None and v < 1:
                 raise CLIError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")

@@ -23,6 +23,7 @@ DOWNLOAD_HINT = {
 PAIR_COLUMNS = ("sent0", "sent1")
 TRIPLET_COLUMNS = ("sent0", "sent1", "hard_neg")
 NEUTRAL_COLUMN = "neutral"
+DRAW_KEY = "draw_key"  # set by KeyedDataset: the example's position epoch * n + row, seeds its random draws
 
 
 def _hint(path: Path) -> str:
@@ -129,9 +130,10 @@ def _string_features(p: Path, sep: str):
 
     import datasets
 
+    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
     try:
         with _open_bytes(p) as f:
-            header = next(csv.reader([f.readline().decode("utf-8-sig")], delimiter=sep), [])
+            header = next(csv.reader([f.readline().decode("utf-8-sig")], delimiter=sep, quoting=quoting), [])
     except (UnicodeDecodeError, csv.Error, OSError):
         return None
     if not header or len(set(header)) != len(header) or not all(h.strip() for h in header):
@@ -169,7 +171,11 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
 
     * ``.txt``: one sentence per line -> column ``sent0``; blank lines are skipped and counted in the log.
     * ``.csv``: header with ``sent0,sent1`` (pairs) and optionally ``hard_neg`` (triplets); other columns are
-      ignored; rows with an empty cell in a used column are skipped and counted in the log.
+      ignored; rows with an empty cell in a used column are skipped and counted in the log. Standard CSV
+      quoting (RFC 4180: a field in double quotes may hold commas, newlines and ``""`` for a quote).
+    * ``.tsv``: the same header, tab-separated, read *without* quoting: every field is exactly the text
+      between two tabs (quotes are ordinary characters). A field cannot hold a tab or a newline; a row with
+      more fields than the header is an error naming its line.
     * ``neutral=True`` (paper Table 7, "contradiction + neutral"): the CSV must also have ``hard_neg`` and
       ``neutral`` columns; the neutral hypothesis becomes a fourth view, used as one more negative.
 
@@ -179,16 +185,19 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
         FileNotFoundError / ValueError: see :func:`check_train_file`; a CSV without ``sent0``/``sent1``;
         a file with no usable row; ``neutral=True`` with a .txt file or a CSV without ``hard_neg``/``neutral``.
     """
+    import csv
+
     import datasets
 
     p = check_train_file(path)
+    sep = None
     try:
         if p.suffix == ".txt":
             ds = _text_dataset(p)
         else:
-            sep = "\t" if p.name.endswith(".tsv") else ","
+            sep, quoting = ("\t", csv.QUOTE_NONE) if p.name.endswith(".tsv") else (",", csv.QUOTE_MINIMAL)
             ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False,
-                                       features=_string_features(p, sep))
+                                       quoting=quoting, features=_string_features(p, sep))
     except (ValueError, UnicodeDecodeError, datasets.exceptions.DatasetGenerationError) as e:
         bad = _first_non_utf8_line(p)
         if bad is not None:
@@ -197,8 +206,9 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
         if p.suffix != ".txt" and _count_nonblank_lines(p) <= 1:
             raise ValueError(f"train_file {str(p)!r} has a header but no data rows") from e
         cause = e.__cause__ or e
+        tsv = " (in a .tsv file every tab separates two fields: a field cannot hold a tab)" if sep == "\t" else ""
         raise ValueError(f"train_file {str(p)!r} could not be read as {'UTF-8 text' if p.suffix == '.txt' else 'a CSV with a header'}: "
-                         f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}") from e
+                         f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}{tsv}") from e
     if len(ds) == 0:
         raise ValueError(f"train_file {str(p)!r} has a header but no data rows")
     if p.suffix == ".txt":
@@ -382,7 +392,9 @@ class ContrastiveCollator:
     ``pad_to_max_length`` pads to ``max_seq_length`` (reference option) instead of the batch's longest
     sequence. Keys: ``input_ids``, ``attention_mask`` and ``token_type_ids`` when present (int64).
     With ``mlm_probability`` set (and the tokenizer facts below), it also returns ``mlm_input_ids`` and
-    ``mlm_labels`` (B, V, L): a masked *copy* of ``input_ids`` for the auxiliary MLM loss (:func:`mask_tokens`).
+    ``mlm_labels`` (B, V, L): a masked *copy* of ``input_ids`` for the auxiliary MLM loss (:func:`mask_tokens`),
+    drawn from :func:`keyed_generator` (``seed`` and the examples' ``draw_key``) when every example has one, so
+    the masks do not depend on the process that collates or on the global random state (exact resumes).
     """
 
     pad_token_id: int
@@ -392,6 +404,7 @@ class ContrastiveCollator:
     mask_token_id: int | None = None
     vocab_size: int | None = None
     special_ids: tuple[int, ...] = ()
+    seed: int = 0
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if not features:
@@ -410,8 +423,59 @@ class ContrastiveCollator:
                     t[i, v, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
             batch[key] = t.repeat_interleave(repeat, dim=1) if repeat > 1 else t  # (B, V', L)
         if self.mlm_probability:
+            keys = [f.get(DRAW_KEY) for f in features]
+            generator = keyed_generator(self.seed, keys) if all(k is not None for k in keys) else None
             batch["mlm_input_ids"], batch["mlm_labels"] = mask_tokens(
                 batch["input_ids"], batch["attention_mask"], mask_token_id=self.mask_token_id,
                 vocab_size=self.vocab_size, special_ids=list(self.special_ids), mlm_probability=self.mlm_probability,
+                generator=generator,
             )
         return batch
+
+
+class EpochKeyedSampler(torch.utils.data.Sampler):
+    """Shuffled order of ``n`` examples, fresh each epoch, yielding keys ``epoch * n + row``.
+
+    The order of epoch ``e`` is ``torch.randperm(n)`` from a generator seeded with ``seed + e`` (as accelerate's
+    seedable sampler), so it depends on the seed and the epoch only. HF Trainer calls :meth:`set_epoch` before
+    each epoch, also when it resumes. Pair with :class:`KeyedDataset`, which maps a key back to its row.
+    """
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.seed, self.epoch = int(n), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        base = self.epoch * self.n
+        return iter((base + torch.randperm(self.n, generator=g)).tolist())
+
+
+class KeyedDataset(torch.utils.data.Dataset):
+    """A map-style dataset of ``n`` rows indexed by keys ``epoch * n + row``: row ``key % n`` with its key.
+
+    ``dataset[key]`` is ``{**rows[key % n], "draw_key": key}``, so a collator can seed its random draws from
+    the example and the epoch, wherever (in which DataLoader worker) it runs.
+    """
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: int) -> dict:
+        return {**self.rows[int(key) % len(self.rows)], DRAW_KEY: int(key)}
+
+
+def keyed_generator(seed: int, keys) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded from ``seed`` and a batch's draw keys (SHA-256 of both)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}:{','.join(map(str, keys))}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))

@@ -68,14 +68,29 @@ class DualEncoderModel(nn.Module):
         """:meth:`SimCSEModel.encode` of the first encoder."""
         return self.first.encode(sentences, **kwargs)
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False) -> None:
+        """:meth:`SimCSEModel.activation_checkpointing_enable` on both encoders."""
         for m in (self.first, self.second):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+            m.activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers=every_n_layers,
+                                              offload=offload)
 
-    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+    def activation_checkpointing_disable(self) -> None:
+        for m in (self.first, self.second):
+            m.activation_checkpointing_disable()
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        """The older name of :meth:`activation_checkpointing_enable`."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.activation_checkpointing_disable()
+
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
+                        is_main_process: bool = True) -> None:
         """Save ``first`` into ``save_directory`` and ``second`` into ``save_directory/second_encoder``."""
-        self.first.save_pretrained(save_directory)
-        self.second.save_pretrained(Path(save_directory) / SECOND_ENCODER_DIR)
+        self.first.save_pretrained(save_directory, is_main_process=is_main_process)
+        self.second.save_pretrained(Path(save_directory) / SECOND_ENCODER_DIR, is_main_process=is_main_process)
 
     def load_weights(self, path: str | os.PathLike) -> None:
         """Load both encoders from a folder written by :meth:`save_pretrained`."""

@@ -65,9 +65,12 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
         )
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
+    from .storage import writing
+
     out = Path(output_dir)
-    model.save_pretrained(out)  # encoder + tokenizer + simcse files + sentence-transformers modules
-    write_sentence_transformers_files(model, out, max_seq_length=max_seq_length)
+    with writing("the sentence-transformers export", out.parent):  # save_pretrained is atomic
+        model.save_pretrained(out)  # encoder + tokenizer + simcse files + sentence-transformers modules
+        write_sentence_transformers_files(model, out, max_seq_length=max_seq_length)
     return out
 
 
@@ -169,30 +172,33 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
     """
     model = _as_model(model)
     out = Path(output_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        model.save_pretrained(tmp / "m")
-        saved = tmp / "m"
-        if _mlp_at_inference(model):
-            w = _saved_tensor(saved, "pooler.dense.weight")
-            if w is None or not torch.equal(w.float(), model.mlp.dense.weight.detach().float().cpu()):
-                raise ValueError(
-                    f"{type(model.encoder).__name__} has no pooler that can hold the cls MLP; a plain HF folder "
-                    "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
-                    "sentence-transformers)"
-                )
-        simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
-        for name in simcse_files + ("README.md", "simcse_training_args.json"):
-            _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
-        out.mkdir(exist_ok=True)
-        for name in simcse_files:
-            _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder
-        for f in sorted(saved.iterdir()):
-            dest = out / f.name
-            if dest.is_dir():
-                shutil.rmtree(dest)
-            os.replace(f, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    from .storage import writing
+
+    with writing("the Hugging Face export", out.parent):  # written in a temporary sibling, moved in
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            model.save_pretrained(tmp / "m")
+            saved = tmp / "m"
+            if _mlp_at_inference(model):
+                w = _saved_tensor(saved, "pooler.dense.weight")
+                if w is None or not torch.equal(w.float(), model.mlp.dense.weight.detach().float().cpu()):
+                    raise ValueError(
+                        f"{type(model.encoder).__name__} has no pooler that can hold the cls MLP; a plain HF folder "
+                        "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
+                        "sentence-transformers)"
+                    )
+            simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
+            for name in simcse_files + ("README.md", "simcse_training_args.json"):
+                _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
+            out.mkdir(exist_ok=True)
+            for name in simcse_files:
+                _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder
+            for f in sorted(saved.iterdir()):
+                dest = out / f.name
+                if dest.is_dir():
+                    shutil.rmtree(dest)
+                os.replace(f, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return out

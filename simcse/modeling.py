@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -315,9 +313,37 @@ class SimCSEModel(nn.Module):
             pooled = self.mlp(pooled)
         return pooled
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
-        """Delegate to the encoder (called by HF Trainer when ``--gradient_checkpointing``)."""
-        self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+    # ------------------------------------------------------------------------- activation checkpointing
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False) -> None:
+        """Recompute the encoder layers' activations in the backward pass (``--gradient_checkpointing true``).
+
+        Called by HF Trainer with the keywords of transformers' ``PreTrainedModel.activation_checkpointing_enable``
+        (``every_n_layers``: checkpoint every n-th layer; ``offload``: keep the saved layer inputs in host
+        memory; ``activation_checkpointing_kwargs``: passed to ``torch.utils.checkpoint.checkpoint``) and
+        handed to the encoder. torch's checkpoint restores the random state before recomputing a layer, so the
+        dropout masks (also :mod:`simcse.dropout`'s, which draw from the default generator) are replayed
+        exactly: the gradients equal those without checkpointing.
+        """
+        enable = getattr(self.encoder, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers,
+                   offload=offload)
+        else:  # an encoder class of an older transformers
+            self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=activation_checkpointing_kwargs)
+
+    def activation_checkpointing_disable(self) -> None:
+        """Undo :meth:`activation_checkpointing_enable`."""
+        disable = getattr(self.encoder, "activation_checkpointing_disable", None)
+        (disable or self.encoder.gradient_checkpointing_disable)()
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        """The older name of :meth:`activation_checkpointing_enable` (same keywords)."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
+
+    def gradient_checkpointing_disable(self) -> None:
+        """The older name of :meth:`activation_checkpointing_disable`."""
+        self.activation_checkpointing_disable()
 
     # ------------------------------------------------------------------------------ padding-free forward
     def _encode_unpadded(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs):
@@ -544,20 +570,25 @@ class SimCSEModel(nn.Module):
             "hidden_size": self.hidden_size,
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
+                        is_main_process: bool = True) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
         sentence-transformers module files (:func:`simcse.export.write_sentence_transformers_files`) and the
         model card ``README.md`` (:func:`simcse.model_card.write_model_card`).
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
-        rename each, so an interrupted save never leaves a half-written weight file in place.
+        rename each (:func:`simcse.storage.atomic_folder`), so an interrupted save never leaves a half-written
+        weight file in place; a failed write raises :class:`simcse.storage.WriteError`. With
+        ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
+        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written.
         """
         from safetensors.torch import save_file
 
-        target = Path(save_directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
+        from .storage import atomic_folder, writing
+
+        if not is_main_process:
+            return
+        with atomic_folder(save_directory, "the model") as tmp:
             self._save_encoder(tmp)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(tmp)
@@ -569,21 +600,10 @@ class SimCSEModel(nn.Module):
             from .export import write_sentence_transformers_files
 
             write_sentence_transformers_files(self, tmp)  # the folder is a sentence-transformers folder too
-            if not target.exists():
-                os.replace(tmp, target)
-            else:
-                target.mkdir(exist_ok=True)
-                for f in sorted(tmp.rglob("*")):
-                    dest = target / f.relative_to(tmp)
-                    if f.is_dir():
-                        dest.mkdir(exist_ok=True)
-                    else:
-                        os.replace(f, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         from .model_card import write_model_card
 
-        write_model_card(target, simcse_config=self.simcse_config())  # keeps results/training info already there
+        with writing("the model card", save_directory):
+            write_model_card(Path(save_directory), simcse_config=self.simcse_config())  # keeps results/training info
 
     def _mlm_head_state(self) -> dict[str, torch.Tensor]:
         """The MLM head's own tensors (transform, LayerNorm, bias), each storage once; the decoder weight tied to

@@ -99,6 +99,33 @@ def _chunks(it, size: int) -> Iterator[list]:
         yield buf
 
 
+def _replace_folder(folder: Path, write) -> None:
+    """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
+    import shutil
+    import tempfile
+
+    from .index import INDEX_CONFIG_NAME
+
+    folder = Path(folder)
+    if folder.exists() and not (folder.is_dir() and (not any(folder.iterdir()) or (folder / INDEX_CONFIG_NAME).is_file())):
+        raise ValueError(f"{folder} exists and is not a saved index (nor an empty folder); not replacing it")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if folder.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+        os.rmdir(old)
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -268,7 +295,10 @@ class SimCSE:
         self.model.eval()
         self.max_length = self._check_positive(max_length, "max_length")
         self.index = None  # a simcse.index.VectorIndex once build_index/load_index ran
-        self.sentences: list[str] = []  # the indexed sentences; position i has index id i
+        # the indexed sentences, position i has index id i: a list-like simcse.store.SentenceStore on disk
+        # (a plain list only for an index loaded from an older sentences.jsonl folder)
+        self.sentences = []
+        self._index_folder = None  # the folder load_index read, if any
 
     def _load_onnx(self, path, pooler: str | None, onnx_kwargs: dict) -> None:
         from .onnx import ONNXEncoder
@@ -437,35 +467,46 @@ class SimCSE:
         same parameter order).
 
         Args:
-            sentences_or_file_path: a sequence of str, or a path (str / ``os.PathLike``) to a UTF-8 sentence
+            sentences_or_file_path: a sequence of str, a path (str / ``os.PathLike``) to a UTF-8 sentence
                 file: plain text, one sentence per line (split only at ``\\n``); ``.csv``/``.tsv`` with a
-                header (``column`` names the sentence column); ``.jsonl`` (one JSON string or object a line).
-                Blank lines and cells are skipped.
+                header (``column`` names the sentence column); ``.jsonl`` (one JSON string or object a line);
+                or a folder of shards written by ``simcse encode --output DIR`` (:mod:`simcse.shards`; nothing
+                is encoded again). Blank lines and cells are skipped.
             use_faiss: True: faiss (ImportError when missing); False: numpy; None: faiss when installed.
             faiss_fast: an approximate IVF index with the inner-product metric (see
                 :class:`simcse.index.FaissIVFIndex`) with ``num_cells`` clusters and ``num_cells_in_search``
-                probes (as the reference); exact search otherwise.
+                probes (as the reference); exact search otherwise. Same as ``kind="ivf"``.
             device: encode on this device (as :meth:`encode`); the index itself is on the CPU.
             batch_size: encoding batch size.
             column: (keyword-only) the sentence column/field of a CSV, TSV or JSONL file.
             chunk_size: (keyword-only) sentences encoded and added per step: memory for embeddings is one
                 chunk at a time.
             show_progress: (keyword-only) a tqdm bar (sentences); None shows it on a terminal.
-            index_kwargs: (keyword-only) ``nlist``, ``nprobe``, ``train_size`` for the IVF index (``nlist`` /
-                ``nprobe`` default to ``num_cells`` / ``num_cells_in_search``).
+            index_kwargs: (keyword-only) ``kind`` (``"exact"``, ``"ivf"``, ``"ivfpq"``, ``"hnsw"``) and that
+                kind's parameters (``nlist``, ``nprobe``, ``train_size``, ``m``, ``refine_factor``, ...; see
+                :func:`simcse.index.make_index`); for ``faiss_fast``, ``nlist`` / ``nprobe`` default to
+                ``num_cells`` / ``num_cells_in_search``.
+
+        The sentences are kept on disk (:class:`simcse.store.SentenceStore`, in ``$TMPDIR`` until
+        :meth:`save_index`), not in memory.
 
         Raises:
-            FileNotFoundError: a path that is not a file.
-            TypeError/ValueError: a bad sentence (its position is named); a bad file record (file:line named).
+            FileNotFoundError: a path that is not a file or a finished shard folder.
+            TypeError/ValueError: a bad sentence (its position is named); a bad file record (file:line named);
+                shards of another hidden size.
         """
         from .index import make_index
+        from .shards import is_shard_folder
 
+        if isinstance(sentences_or_file_path, (str, os.PathLike)) and is_shard_folder(sentences_or_file_path):
+            self._build_index_from_shards(Path(sentences_or_file_path), use_faiss, faiss_fast, index_kwargs)
+            return
         if faiss_fast:
             index_kwargs.setdefault("nlist", self.num_cells)
             index_kwargs.setdefault("nprobe", min(self.num_cells_in_search, index_kwargs["nlist"] or self.num_cells))
         index = make_index(self.hidden_size, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         old = self.index, self.sentences
-        self.index, self.sentences = index, []
+        self.index, self.sentences, self._index_folder = index, [], None
         try:
             self.add_to_index(sentences_or_file_path, device, batch_size, column=column, chunk_size=chunk_size,
                               show_progress=show_progress)
@@ -473,6 +514,34 @@ class SimCSE:
             self.index, self.sentences = old
             raise
         self.index.finalize()
+
+    def _build_index_from_shards(self, folder: Path, use_faiss, faiss_fast, index_kwargs) -> None:
+        from .shards import ShardSet, index_from_shards
+        from .store import SentenceStore
+
+        shards = ShardSet(folder)
+        if shards.hidden_size != self.hidden_size:
+            raise ValueError(f"{folder} holds {shards.hidden_size}-d vectors; this model makes {self.hidden_size}-d ones")
+        if shards.manifest.get("pooler") not in (None, self.pooler):
+            raise ValueError(f"{folder} was encoded with pooler {shards.manifest['pooler']!r} but this model uses "
+                             f"{self.pooler!r}: load the model with pooler={shards.manifest['pooler']!r}")
+        index = index_from_shards(shards, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
+        store = SentenceStore.temporary()
+        for chunk in _chunks(shards.iter_sentences(), 100_000):
+            store.extend(chunk)
+        self.index, self.sentences, self._index_folder = index, store, None
+
+    def _writable_sentences(self):
+        """The sentence store to append to: a new temporary one (with the current sentences copied in)
+        unless the current one is already such a store."""
+        from .store import SentenceStore
+
+        if not (isinstance(self.sentences, SentenceStore) and self.sentences.writable):
+            store = SentenceStore.temporary()
+            for chunk in _chunks(iter(self.sentences), 100_000):
+                store.extend(chunk)
+            self.sentences = store
+        return self.sentences
 
     def add_to_index(self, sentences_or_file_path, device: str | torch.device | None = None, batch_size: int = 64, *,
                      column: str | None = None, chunk_size: int = 10_000, show_progress: bool | None = None) -> int:
@@ -514,7 +583,7 @@ class SimCSE:
                 emb = self.encode(chunk, batch_size=batch_size, return_numpy=True, normalize_to_unit=True,
                                   show_progress=False)
                 self.index.add(emb)
-                self.sentences.extend(chunk)
+                self._writable_sentences().extend(chunk)
                 added += len(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
@@ -561,27 +630,50 @@ class SimCSE:
         return results[0] if single else results
 
     def save_index(self, folder: str | os.PathLike) -> None:
-        """Write the index, the sentences (``sentences.jsonl``, one JSON string a line) and a small
-        ``simcse_index.json`` (model path, pooler, hidden size) into ``folder``.
+        """Write the index, the sentences (an on-disk :class:`simcse.store.SentenceStore`:
+        ``sentences.txt`` + ``sentences.offsets``) and a small ``simcse_index.json`` (model path, pooler,
+        hidden size) into ``folder``.
+
+        Atomic: everything is written into a temporary sibling folder that then takes ``folder``'s place,
+        so an interrupted save leaves the previous index (or nothing) under ``folder``, never a mix.
+
+        The files are written into a temporary sibling folder first and moved in by renames, so a failed save
+        leaves ``folder`` as it was.
 
         Raises:
             RuntimeError: there is no index.
             FileExistsError: ``folder`` (or a folder above it) is an existing file; nothing is written.
+            simcse.storage.WriteError: disk full, file size limit, read-only or failing storage (one line
+                naming the folder and the space needed vs free).
         """
+        from .store import SentenceStore
+
         if self.index is None:
             raise RuntimeError("no index to save: call build_index(...) first")
+        from .storage import writing
+
         folder = Path(folder)
         _check_folder_target(folder)
-        self.index.save(folder)
-        with open(folder / SENTENCES_NAME, "w", encoding="utf-8") as f:
-            for s in self.sentences:
-                f.write(json.dumps(s, ensure_ascii=False) + "\n")
         model_ref = self.model_name_or_path
         if model_ref and Path(model_ref).exists():
             model_ref = str(Path(model_ref).resolve())
         meta = {"model_name_or_path": model_ref, "pooler": self.pooler, "hidden_size": self.hidden_size,
                 "num_sentences": len(self.sentences)}
-        (folder / TOOL_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+
+        def write(tmp: Path) -> None:
+            self.index.save(tmp)
+            if isinstance(self.sentences, SentenceStore):
+                self.sentences.copy_to(tmp)
+            else:
+                SentenceStore.create(tmp).extend(self.sentences)
+            (tmp / TOOL_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+
+        same = self._index_folder is not None and folder.resolve() == self._index_folder
+        needed = 4 * self.index.ntotal * self.index.dim  # the vectors (the sentences come on top)
+        with writing("the index", folder.parent, needed):  # disk full etc.: one line; the old folder is kept
+            _replace_folder(folder, write)
+        if same:  # the loaded files were replaced: read the index and sentences from the new ones
+            self.load_index(folder)
 
     def load_index(self, folder: str | os.PathLike) -> None:
         """Load an index written by :meth:`save_index`.
@@ -599,11 +691,16 @@ class SimCSE:
         index = load_index(folder)
         if index.dim != self.hidden_size:
             raise ValueError(f"index {folder} holds {index.dim}-d vectors; this model makes {self.hidden_size}-d ones")
+        from .store import SentenceStore, is_store
+
         sents_file = folder / SENTENCES_NAME
-        if not sents_file.is_file():
-            raise FileNotFoundError(f"{sents_file} is missing")
-        with open(sents_file, encoding="utf-8", newline="\n") as f:
-            sentences = [json.loads(line) for line in f if line.strip()]
+        if is_store(folder):
+            sentences = SentenceStore(folder)
+        elif sents_file.is_file():  # folders saved before the on-disk store
+            with open(sents_file, encoding="utf-8", newline="\n") as f:
+                sentences = [json.loads(line) for line in f if line.strip()]
+        else:
+            raise FileNotFoundError(f"{folder} holds no sentences (sentences.txt + sentences.offsets, or {SENTENCES_NAME})")
         if len(sentences) != index.ntotal:
             raise ValueError(f"{folder}: {len(sentences)} sentences but {index.ntotal} vectors")
         meta_file = folder / TOOL_META_NAME
@@ -618,6 +715,7 @@ class SimCSE:
                 raise ValueError(f"index {folder} was built with the model {rec}; this tool runs "
                                  f"{self.model_name_or_path}: load that model to search it")
         self.index, self.sentences = index, sentences
+        self._index_folder = folder.resolve()
 
     def similarity_pairwise(self, embeddings1, embeddings2) -> np.ndarray:
         """Row-wise cosine of two (N, H) embedding arrays (numpy or torch): float32 (N,) (mteb's protocol).

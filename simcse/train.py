@@ -57,11 +57,11 @@ def parse_args(argv: list[str]):
     """
     from transformers import HfArgumentParser, TrainingArguments
 
-    from .arguments import DataTrainingArguments, ModelArguments
+    from .arguments import DataTrainingArguments, ModelArguments, RunArguments
     from .compat import check_fp16_device, flag_given, translate_legacy_args
     from .recipes import resolve_config
 
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments, RunArguments))
 
     def one_line_error(message: str):  # argparse would print the ~130-line usage first
         raise SetupError(f"{message} (see --help)")
@@ -82,7 +82,7 @@ def parse_args(argv: list[str]):
     argv = translate_legacy_args(argv)
     argv = argv + _precision_flags(argv)
     try:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        model_args, data_args, training_args, run_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
     # transformers sets do_eval whenever eval_strategy != "no"; the reference's --do_eval (transformers 4.2: None
@@ -92,6 +92,7 @@ def parse_args(argv: list[str]):
         check_fp16_device(training_args.fp16, training_args.use_cpu)
     except ValueError as e:
         raise SetupError(str(e)) from e
+    training_args.save_on_signal = run_args.signals  # read by build(); not a TrainingArguments field
     _apply_global_batch(data_args, training_args, _gave_per_device(argv))
     out = Path(training_args.output_dir).expanduser() if training_args.output_dir else None
     blocker = next((q for q in ([out, *out.parents] if out else []) if q.exists()), None)
@@ -235,6 +236,7 @@ def _make_collator(model_args, data_args, training_args, tok):
         mask_token_id=tok.mask_token_id,  # MLM masks are drawn by the trainer (SimCSETrainer._add_mlm_masks)
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
+        seed=training_args.seed,
     )
     augmentation = model_args.augmentation
     if augmentation == "none":
@@ -265,6 +267,7 @@ def build(model_args, data_args, training_args):
     consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
+    from .callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
     from .data import tokenize_dataset
     from .dual_encoder import DualEncoderModel
     from .trainer import SimCSETrainer
@@ -283,6 +286,11 @@ def build(model_args, data_args, training_args):
         ds, columns = _load_dataset(data_args, training_args.seed)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
+    limit = model.max_input_tokens
+    if data_args.max_seq_length > limit:
+        raise SetupError(f"--max_seq_length {data_args.max_seq_length} is more than the {limit} tokens the model "
+                         f"{model_args.model_name_or_path!r} takes (its position table / tokenizer limit); "
+                         f"use --max_seq_length {limit} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
     if model_args.cpu_dropout:
@@ -308,10 +316,21 @@ def build(model_args, data_args, training_args):
     else:
         training_args.remove_unused_columns = False  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
+    if len(ds) < 2 and len(columns) < 3:
+        raise SetupError(f"train_file {data_args.train_file!r} gives 1 usable example; InfoNCE needs at least 2 "
+                         "(or a hard-negative column)")
+    _drop_one_row_last_batch(len(ds), len(columns), training_args)
     collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
+    if augmentation != "none":
+        from .data import KeyedDataset
+
+        ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.data
+        training_args.remove_unused_columns = False  # the collator reads the draw keys
     if model_args.two_encoders:
         model = DualEncoderModel(model)
-    return SimCSETrainer(
+    signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
+    _check_output_room(model, training_args, checkpoints=training_args.save_strategy != "no" or bool(signals))
+    trainer = SimCSETrainer(
         model=model,
         args=training_args,
         train_dataset=ds,
@@ -328,6 +347,41 @@ def build(model_args, data_args, training_args):
         no_duplicates_rows=train_rows,
         mlm_masker=_mlm_masker(model.tokenizer, model_args.mlm_probability) if model_args.do_mlm else None,
     )
+    if signals:
+        trainer.add_callback(SaveOnSignalCallback(signals))
+    return trainer
+
+
+def _check_output_room(model, training_args, checkpoints: bool) -> None:
+    """Refuse, before training, an ``output_dir`` that clearly cannot hold one checkpoint (or the final model).
+
+    A checkpoint holds the weights (W bytes) and AdamW's two moment buffers (``optimizer.pt``, about 2W).
+    """
+    from .storage import WriteError, check_room
+
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    what = "one checkpoint (weights + optimizer state)" if checkpoints else "the trained model"
+    try:
+        check_room(training_args.output_dir, 3 * weights if checkpoints else weights, what,
+                   largest_file=2 * weights if checkpoints else weights)
+    except WriteError as e:
+        raise SetupError(f"--output_dir: {e}") from e
+
+
+def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
+    """Drop the last batch of each epoch when it would hold a single example without a hard negative.
+
+    InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
+    dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
+    A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
+    """
+    per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
+    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
+        return
+    training_args.dataloader_drop_last = True
+    logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
+                   "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,
+                   n_rows - 1)
 
 
 def _mlm_masker(tok, probability: float):
@@ -374,8 +428,51 @@ def _print_metrics(title: str, metrics: dict) -> None:
     print(f"[simcse] {title}: " + " ".join(parts), flush=True)
 
 
+EXIT_WRITE_ERROR = 74  # sysexits.h EX_IOERR: a checkpoint, the model or the results could not be written
+
+
+def resume_command(argv: list[str], checkpoint: str) -> str:
+    """The shell command that resumes this run from ``checkpoint``: the same launcher and arguments, with
+    ``--resume_from_checkpoint checkpoint`` (replacing one given before)."""
+    import os
+    import shlex
+
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--resume_from_checkpoint":
+            skip = True
+        elif not a.startswith("--resume_from_checkpoint="):
+            args.append(a)
+    prog = sys.argv[0] if sys.argv and sys.argv[0] else "scripts/train.py"
+    if os.path.basename(prog) == "simcse":
+        launcher = ["simcse", "train"]
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+        nodes = int(os.environ["WORLD_SIZE"]) // max(1, local)
+        launcher = ["torchrun", *([f"--nnodes={nodes}"] if nodes > 1 else []), f"--nproc_per_node={local}", prog]
+    else:
+        launcher = ["python", prog]
+    return shlex.join([*launcher, *args, "--resume_from_checkpoint", checkpoint])
+
+
+def _last_checkpoint(output_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    try:
+        return get_last_checkpoint(output_dir)
+    except OSError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> dict:
-    """Run training; returns the final metrics. Setup problems exit with a one-line ``error: ...``."""
+    """Run training; returns the final metrics.
+
+    Exits: setup problems with a one-line ``error: ...`` (status 1); a signal of ``--save_on_signal`` with status
+    75 after saving a checkpoint and printing the command that resumes it; a failed write (disk full, file size
+    limit, read-only or failing storage) with one ``error: could not write ...`` line and status 74.
+    """
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     argv = sys.argv[1:] if argv is None else argv
     if "--list_configs" in argv:
@@ -396,17 +493,49 @@ def main(argv: list[str] | None = None) -> dict:
         trainer = build(model_args, data_args, training_args)
     except SetupError as e:
         sys.exit(f"error: {e}")
+    from .storage import WriteError
+
+    try:
+        return _run(trainer, argv, model_args, data_args, training_args)
+    except WriteError as e:
+        last = _last_checkpoint(training_args.output_dir)
+        hint = f"; the last complete checkpoint is kept; resume with: {resume_command(argv, last)}" if last else ""
+        print(f"error: {e}{hint}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_WRITE_ERROR)
+
+
+def _stopped_by_signal(trainer, argv, training_args) -> bool:
+    """After ``train()``: when a signal stopped it, print the resume line and return True."""
+    from .callbacks import SaveOnSignalCallback
+
+    cb = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignalCallback)), None)
+    if cb is None or cb.stop_step is None:
+        return False
+    if training_args.should_save:
+        ck = cb.checkpoint or _last_checkpoint(training_args.output_dir)
+        print(f"[simcse] stopped by {cb.signal_name} after step {cb.stop_step}; checkpoint saved: {ck}; "
+              f"resume with: {resume_command(argv, ck)}", flush=True)
+    return True
+
+
+def _run(trainer, argv, model_args, data_args, training_args) -> dict:
+    from .callbacks import EXIT_PREEMPTED
+    from .storage import writing
+
     results = {}
     if data_args.eval_before_training:
         results["before"] = trainer.evaluate()
         _print_metrics("before training (dev)", results["before"])
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if _stopped_by_signal(trainer, argv, training_args):
+        sys.exit(EXIT_PREEMPTED)
     m = out.metrics
     examples_per_s = m.get("train_samples_per_second", 0.0)
     print(f"[simcse] trained {out.global_step} steps in {m.get('train_runtime', 0.0):.0f} s "
           f"({examples_per_s:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
-    trainer.save_model(training_args.output_dir)
+    with writing("the trained model", training_args.output_dir):
+        trainer.save_model(training_args.output_dir)
     if data_args.eval_before_training or training_args.eval_strategy != "no" or training_args.do_eval:
         # The final model (the best checkpoint when load_best_model_at_end) is scored under its own keys
         # (final_stsb_spearman, ...): logged at the last step, it must not read as a second eval_ value there.
@@ -425,12 +554,14 @@ def main(argv: list[str] | None = None) -> dict:
         }
         _print_metrics("after training (test)", results["test"])
     if training_args.should_save:
-        with open(f"{training_args.output_dir}/simcse_results.json", "w") as f:
-            json.dump(results, f, indent=2)
         from .model_card import card_after_training
+        from .storage import write_text_atomic
 
-        card_after_training(training_args.output_dir, (model_args, data_args, training_args), results,
-                            model_name=training_args.hub_model_id if training_args.push_to_hub else None)
+        write_text_atomic(Path(training_args.output_dir) / "simcse_results.json", json.dumps(results, indent=2),
+                          what="the results (simcse_results.json)")
+        with writing("the model card", training_args.output_dir):
+            card_after_training(training_args.output_dir, (model_args, data_args, training_args), results,
+                                model_name=training_args.hub_model_id if training_args.push_to_hub else None)
     if training_args.push_to_hub:
         trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
     if training_args.should_save:

@@ -6,7 +6,9 @@ caching is on: the two-pass GradCache computation of :mod:`simcse.gradcache`; ot
 ``_save``,
 ``_load_from_checkpoint`` and ``_load_best_model`` (the model is a composed ``nn.Module`` with its own
 safetensors format, as sentence-transformers' trainer does for its models). ``_save_checkpoint`` wraps HF's
-own to make each ``checkpoint-N`` folder appear complete or not at all. The training loop itself is
+own to make each ``checkpoint-N`` folder appear complete or not at all and to report write failures in one
+line (:mod:`simcse.storage`); ``_get_train_sampler`` keys each example by epoch for runs with random draws in
+the collator; ``train`` wraps HF's to restore signal handlers when it raises. The training loop itself is
 HF's, untouched.
 """
 from __future__ import annotations
@@ -25,10 +27,37 @@ from transformers import Trainer
 from .distributed import all_gather_with_grad, world_info
 from .gradcache import cuda_devices_of, grad_cache_step, split_chunks
 from .losses import info_nce, mlm_loss
+from .storage import WriteError, writing
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 _TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 logger = logging.getLogger(__name__)
+
+
+MLM_HEAD_NAME = "mlm_head.safetensors"  # the --do_mlm head's own weights, in checkpoints (for exact resumes)
+
+
+def _own_mlm_head_weights(model) -> dict[str, torch.Tensor]:
+    """The MLM head's parameters and buffers, without those shared with the encoder (the tied decoder)."""
+    head = getattr(model, "mlm_head", None)
+    if head is None:
+        return {}
+    shared = {id(p) for p in model.encoder.parameters()}
+    own = {k: t for k, t in head.named_parameters() if id(t) not in shared}
+    own.update(head.named_buffers())
+    return {k: t.detach().contiguous().cpu() for k, t in own.items()}
+
+
+def _any_rank(flag: bool) -> bool:
+    """``flag`` OR-ed over all processes of torch.distributed (just ``flag`` in a single process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
 
 
 @dataclass
@@ -293,9 +322,29 @@ class SimCSETrainer(Trainer):
         del inputs
         return loss / ga_steps
 
+    def train(self, *args, **kwargs):
+        """HF's ``train``; signal handlers of a :class:`simcse.callbacks.SaveOnSignalCallback` are restored even
+        when training raises (HF calls ``on_train_end`` only when it returns)."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            for cb in self.callback_handler.callbacks:
+                if callable(getattr(cb, "restore_handlers", None)):
+                    cb.restore_handlers()
+
+    # ------------------------------------------------------------------------------------------- data
     def _get_train_sampler(self, train_dataset=None):
-        """HF's sampler, or with ``no_duplicates_rows`` (one tuple of texts per row) a
+        """HF's sampler; for a :class:`simcse.data.KeyedDataset` (augmentation runs) an
+        :class:`simcse.data.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the epoch
+        into the DataLoader workers, so the collator's random draws are new each epoch and the same whatever the
+        workers and after a resume; with ``no_duplicates_rows`` (one tuple of texts per row) a
         :class:`~simcse.samplers.NoDuplicatesSampler` over the global batch (per-device batch x processes)."""
+        from .data import EpochKeyedSampler, KeyedDataset
+
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if isinstance(dataset, KeyedDataset):
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return EpochKeyedSampler(len(dataset), seed)
         if self.no_duplicates_rows is None:
             return super()._get_train_sampler(train_dataset)
         from .samplers import NoDuplicatesSampler
@@ -345,7 +394,13 @@ class SimCSETrainer(Trainer):
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
             return
-        self.accelerator.unwrap_model(self.model).save_pretrained(output_dir)
+        model = self.accelerator.unwrap_model(self.model)
+        model.save_pretrained(output_dir)
+        head = _own_mlm_head_weights(model)
+        if head:  # a --do_mlm run resumes with its trained head, not the pre-trained one
+            from safetensors.torch import save_file
+
+            save_file(head, os.path.join(output_dir, MLM_HEAD_NAME))
         with open(os.path.join(output_dir, "training_args.json"), "w") as f:
             f.write(self.args.to_json_string())
 
@@ -384,14 +439,24 @@ class SimCSETrainer(Trainer):
                 shutil.rmtree(leftover, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         self._staging_run_dir = staging
+        needed = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())  # weights + AdamW moments
+        failure = None
         try:
-            super()._save_checkpoint(model, trial)
+            with writing(name, run_dir, needed=needed):
+                super()._save_checkpoint(model, trial)
+        except Exception as e:  # agreed on by every rank below, so none is left waiting for the others
+            failure = e
         except BaseException:
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)
             raise
         finally:
             self._staging_run_dir = None
+        if _any_rank(failure is not None):
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise failure or WriteError(None, f"could not write {name} to {run_dir!r}: another process failed to "
+                                              "write its part (see its error)", name, run_dir)
         # HF recorded the best checkpoint under the folder it saw (the staging one when this step is the best).
         recorded = self.state.best_model_checkpoint
         if recorded is not None and os.path.dirname(os.path.normpath(recorded)) == os.path.normpath(staging):
@@ -401,10 +466,10 @@ class SimCSETrainer(Trainer):
             staged, final = os.path.join(staging, name), os.path.join(run_dir, name)
             if recorded != self.state.best_model_checkpoint:
                 self.state.save_to_json(os.path.join(staged, _TRAINER_STATE_NAME))
-            if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
-                old = os.path.join(staging, "replaced")
-                os.replace(final, old)
-            os.replace(staged, final)
+            with writing(name, run_dir, needed=needed):
+                if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
+                    os.replace(final, os.path.join(staging, "replaced"))
+                os.replace(staged, final)
             shutil.rmtree(staging, ignore_errors=True)
             rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
@@ -420,7 +485,13 @@ class SimCSETrainer(Trainer):
         if not any(os.path.isfile(os.path.join(resume_from_checkpoint, f)) for f in ("optimizer.pt", "optimizer.bin")):
             logger.warning("%s has no optimizer state (saved with save_only_model?): the optimizer restarts from "
                            "scratch and the resumed run will differ from an uninterrupted one", resume_from_checkpoint)
-        (model if model is not None else self.model).load_weights(resume_from_checkpoint)
+        model = model if model is not None else self.model
+        model.load_weights(resume_from_checkpoint)
+        head_file = os.path.join(resume_from_checkpoint, MLM_HEAD_NAME)
+        if getattr(model, "mlm_head", None) is not None and os.path.isfile(head_file):
+            from safetensors.torch import load_file
+
+            model.mlm_head.load_state_dict(load_file(head_file), strict=False)  # tied decoder weight: the encoder's
 
     def _load_best_model(self) -> None:
         self.accelerator.unwrap_model(self.model).load_weights(self.state.best_model_checkpoint)

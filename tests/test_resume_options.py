@@ -2,7 +2,8 @@
 
 One run trains 8 steps and saves checkpoint-4; a second run resumes from that checkpoint into another folder.
 The final weights (encoder, MLP, MLM head) and the losses of steps 5-8 must be identical: every trainable
-parameter and every random stream a step uses (dropout, MLM masking, data order) is saved and restored."""
+parameter and every random stream a step uses (dropout, MLM masking, data order, augmentation draws) is saved
+and restored."""
 import csv
 
 import pytest
@@ -17,6 +18,7 @@ OPTIONS = {
     "hard_negatives": ["@triplets"],
     "gradient_cache": ["--gradient_cache_chunk_size", "4"],
     "bf16": ["--bf16", "true"],
+    "augmentation": ["--augmentation", "delete_one_word"],
 }
 
 

@@ -152,8 +152,9 @@ def test_csv_tsv_jsonl_inputs_read_as_what_they_are(tmp_path, tool, tiny_bert_di
     np.testing.assert_allclose(np.load(out), tool.encode(sents, return_numpy=True), atol=1e-6)
     assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(jsonl_f), "--column",
                      "text", "--output", str(tmp_path / "idx"), "--no-faiss"]) == 0
-    saved = [json.loads(x) for x in (tmp_path / "idx" / "sentences.jsonl").read_text().splitlines()]
-    assert saved == sents
+    from simcse.store import SentenceStore
+
+    assert list(SentenceStore(tmp_path / "idx")) == sents  # the saved sentences, read back from the on-disk store
 
 
 def test_cli_csv_without_column_is_one_clear_line(tmp_path, tiny_bert_dir, capsys):

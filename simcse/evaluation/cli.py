@@ -169,9 +169,14 @@ def main(argv=None) -> dict:
             "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
-        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output_json, "w") as f:
-            json.dump(out, f, indent=2, default=_json_default)
+        from simcse.storage import WriteError, write_text_atomic
+
+        try:
+            Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(args.output_json, json.dumps(out, indent=2, default=_json_default),
+                              what=f"the evaluation results {Path(args.output_json).name}")
+        except (WriteError, OSError) as e:
+            sys.exit(f"error: {e}")
         print(f"wrote {args.output_json}")
     return results
 
