@@ -45,5 +45,5 @@ def resolve_config(name_or_path: str) -> Path:
     if d is not None and (d / f"{name}.json").is_file():
         return d / f"{name}.json"
     top = [n for n in list_configs() if "/" not in n]
-    raise FileNotFoundError(f"config {name_or_path!r} is neither a JSON file nor a packaged config; packaged "
-                            f"configs: {', '.join(top)} and ablations/<name> (see 'simcse train --list_configs')")
+    raise FileNotFoundError(f"cannot read config file {name_or_path!r}: no such file, and not a packaged config; "
+                            f"packaged configs: {', '.join(top)} and ablations/<name> (see 'simcse train --list_configs')")

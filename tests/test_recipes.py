@@ -56,6 +56,6 @@ def test_every_packaged_config_parses(tmp_path, tiny_bert_dir, train_txt):
 
 def test_bad_config_option_is_one_line(tmp_path, tiny_bert_dir, train_txt):
     base = ["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt), "--output_dir", str(tmp_path / "o")]
-    assert "is neither a JSON file nor a packaged config" in training_error(["--config", "nope"] + base)
+    assert "no such file, and not a packaged config" in training_error(["--config", "nope"] + base)
     assert "--config needs" in training_error(base + ["--config"])
     assert "two configs" in training_error(["sup_bert_base.json", "--config", "unsup_bert_base"] + base)
