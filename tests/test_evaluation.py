@@ -382,6 +382,18 @@ def test_script_end_to_end_tiny_model(senteval_dir, tmp_path, tiny_bert_dir, cap
     assert saved["results"]["STS12"]["all"]["spearman"]["all"] == pytest.approx(saved["tables"]["sts"]["STS12"] / 100, abs=5e-5)
 
 
+def test_script_names_what_an_mlp_only_train_model_encodes_with(senteval_dir, tmp_path, tiny_bert_dir, capsys):
+    from simcse.modeling import SimCSEModel
+
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="cls", mlp_only_train=True).save_pretrained(tmp_path / "m")
+    out = tmp_path / "out.json"
+    _script_main()(["--model_name_or_path", str(tmp_path / "m"), "--data_dir", str(senteval_dir), "--tasks", "STS12",
+                    "--output_json", str(out), "--quiet"])
+    assert "pooler cls (mlp_only_train: encodes as cls_before_pooler)" in capsys.readouterr().out
+    saved = json.loads(out.read_text())
+    assert (saved["pooler"], saved["encoding_pooler"]) == ("cls", "cls_before_pooler")
+
+
 # ----------------------------------------------------------------------------------------- real data
 @pytest.fixture(scope="module")
 def minilm():

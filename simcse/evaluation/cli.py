@@ -136,6 +136,7 @@ def main(argv=None) -> dict:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     pooler = model.pooler_type
+    shown = pooler if model.inference_pooler == pooler else f"{pooler} (mlp_only_train: encodes as {model.inference_pooler})"
 
     def encode(sentences):
         return model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
@@ -149,7 +150,7 @@ def main(argv=None) -> dict:
         sys.exit(f"error: {e}")
     seconds = time.perf_counter() - t0
     print(format_tables(results, args.mode, args.classifier))
-    print(f"{len(tasks)} task(s), mode {args.mode}, pooler {pooler}: {seconds:.1f} s (model load + encoding + scoring)")
+    print(f"{len(tasks)} task(s), mode {args.mode}, pooler {shown}: {seconds:.1f} s (model load + encoding + scoring)")
     if args.update_card:
         from simcse.model_card import results_from_senteval, write_model_card
 
@@ -160,6 +161,7 @@ def main(argv=None) -> dict:
         out = {
             "model_name_or_path": args.model_name_or_path,
             "pooler": pooler,
+            "encoding_pooler": model.inference_pooler,
             "mode": args.mode,
             "tasks": tasks,
             "data_dir": str(data_dir),
