@@ -342,7 +342,7 @@ def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[
 
 
 def cmd_export(args) -> int:
-    from .export import export_huggingface, export_sentence_transformers
+    from .export import export_huggingface, export_sentence_transformers, huggingface_reading
     from .modeling import SimCSEModel
 
     if args.quantize and args.format != "onnx":
@@ -356,6 +356,9 @@ def cmd_export(args) -> int:
         out = export_sentence_transformers(model, args.output, max_seq_length=args.max_length)
     else:
         out = export_huggingface(model, args.output)
+        reading, pooler = huggingface_reading(model)
+        print(f"the embedding of this model in the plain HF folder: {reading}; load it back with "
+              f"SimCSE({str(out)!r}, pooler={pooler!r})", file=sys.stderr)
     print(f"wrote {args.format} folder {out}", file=sys.stderr)
     return 0
 

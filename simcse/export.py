@@ -157,6 +157,28 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+_HF_READING = {
+    "cls_before_pooler": "last_hidden_state[:, 0] (pooler_output is NOT this model's embedding)",
+    "avg": "the mean of last_hidden_state over the tokens of attention_mask",
+    "avg_top2": "the mean over tokens (attention_mask) of the average of the last two hidden_states",
+    "avg_first_last": "the mean over tokens (attention_mask) of the average of hidden_states[1] and hidden_states[-1]",
+    "avg_first_last_embeddings": "the mean over tokens (attention_mask) of the average of hidden_states[0] and "
+                                 "hidden_states[-1]",
+}
+
+
+def huggingface_reading(model: SimCSEModel) -> tuple[str, str]:
+    """How a plain HF user gets ``model``'s embedding from the exported folder, and the pooler that loads the
+    folder back with ``SimCSE(folder, pooler=...)`` to the same embeddings: ``(reading, pooler)``.
+
+    A ``cls`` model with ``mlp_only_train`` encodes without its MLP (paper Section 3): its embedding is
+    ``last_hidden_state[:, 0]``, not ``pooler_output`` (which holds the MLP)."""
+    pooler = model.inference_pooler
+    if _mlp_at_inference(model):
+        return "pooler_output (the encoder's pooler holds the cls MLP)", "cls"
+    return _HF_READING[pooler], pooler
+
+
 def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """Write a plain HF encoder folder (config, safetensors weights, tokenizer); return the folder.
 

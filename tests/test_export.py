@@ -139,3 +139,24 @@ def test_huggingface_export_refuses_encoder_without_pooler(tmp_path):
     # the sentence-transformers export has a Dense module for it
     out = export_sentence_transformers(model, tmp_path / "st")
     _assert_same(_st_encode(out, SENTENCES)[0], model.encode(SENTENCES))
+
+
+def test_huggingface_export_of_mlp_only_train_says_what_to_read_and_round_trips(tmp_path, tiny_bert_dir, capsys):
+    from transformers import AutoModel, AutoTokenizer
+
+    from simcse.cli import main as cli_main
+
+    model = _model(tiny_bert_dir, "cls", mlp_only_train=True)  # encodes as [CLS] without the MLP
+    model.save_pretrained(tmp_path / "m")
+    ours = model.encode(SENTENCES)
+    assert cli_main(["export", "--model", str(tmp_path / "m"), "--output", str(tmp_path / "hf"), "--format", "huggingface"]) == 0
+    err = capsys.readouterr().err
+    assert "last_hidden_state[:, 0] (pooler_output is NOT this model's embedding)" in err
+    assert f"SimCSE({str(tmp_path / 'hf')!r}, pooler='cls_before_pooler')" in err
+    hf, tok = AutoModel.from_pretrained(str(tmp_path / "hf")).eval(), AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    with torch.no_grad():
+        out = hf(**tok(SENTENCES, padding=True, return_tensors="pt"))
+    _assert_same(out.last_hidden_state[:, 0].numpy(), ours)  # what the message says to read
+    assert np.abs((out.pooler_output.numpy() * ours).sum(1)).max() < 0.9999 * np.linalg.norm(ours, axis=1).max() ** 2
+    back = SimCSE(str(tmp_path / "hf"), pooler="cls_before_pooler")
+    _assert_same(np.asarray(back.encode(SENTENCES, return_numpy=True, normalize_to_unit=False)), ours)  # round trip
