@@ -48,7 +48,8 @@ def tiny_run(tmp_path_factory):
     out = root / "out"
     argv = ["--model_name_or_path", str(raw), "--output_dir", str(out), "--train_file", str(corpus),
             "--sup_train_file", str(nli), "--senteval_dir", str(data), "--steps", "2", "--batch_size", "8",
-            "--align_every", "1", "--table3_rows", "p0.0", "p0.1", "fixed0.1", "--whitening_sentences", "100"]
+            "--align_every", "1", "--table3_rows", "p0.0", "p0.1", "fixed0.1", "--whitening_sentences", "100",
+            "--max_seq_length", "16"]  # the tiny raw model has 16 positions
     return argv, out, reproduce.main(argv)
 
 
