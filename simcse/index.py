@@ -212,7 +212,18 @@ class NumpyIndex(VectorIndex):
         return idx
 
 
-class FaissFlatIndex(VectorIndex):
+class _FaissBacked(VectorIndex):
+    """An index held in one faiss index object ``self.index``: its size and additions are faiss's own."""
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def _add(self, x):
+        self.index.add(x)
+
+
+class FaissFlatIndex(_FaissBacked):
     """Exact inner-product search with ``faiss.IndexFlatIP``."""
 
     kind = "faiss_flat"
@@ -221,13 +232,6 @@ class FaissFlatIndex(VectorIndex):
         super().__init__(dim)
         faiss = _import_faiss()
         self.index = _index if _index is not None else faiss.IndexFlatIP(self.dim)
-
-    @property
-    def ntotal(self) -> int:
-        return int(self.index.ntotal)
-
-    def _add(self, x):
-        self.index.add(x)
 
     def _search(self, q, k):
         return self.index.search(q, k)
@@ -513,7 +517,7 @@ class FaissIVFPQIndex(FaissIVFIndex):
                    _refine=refine)
 
 
-class FaissHNSWIndex(VectorIndex):
+class FaissHNSWIndex(_FaissBacked):
     """Approximate search on a graph: ``faiss.IndexHNSWFlat`` with the inner-product metric.
 
     No training; vectors are added as they come. Memory is the float32 vectors plus about ``2 * m`` links of
@@ -537,13 +541,6 @@ class FaissHNSWIndex(VectorIndex):
             _index = faiss.IndexHNSWFlat(self.dim, self.m, faiss.METRIC_INNER_PRODUCT)
             _index.hnsw.efConstruction = self.ef_construction
         self.index = _index
-
-    @property
-    def ntotal(self) -> int:
-        return int(self.index.ntotal)
-
-    def _add(self, x):
-        self.index.add(x)
 
     def _search(self, q, k):
         self.index.hnsw.efSearch = max(self.ef_search, k)

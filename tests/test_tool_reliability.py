@@ -61,12 +61,18 @@ def test_evaluation_cosine_in_range():
     assert cosine_similarity(a, -a).min() >= -1.0
 
 
-def test_cli_search_scores_at_most_one(tmp_path, tiny_bert_dir, capsys):
+def _avg_index(tmp_path, model_dir):
+    """``simcse index`` of SENTENCES with the avg pooler (numpy backend); returns the index folder."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n")
     idx = tmp_path / "idx"
-    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(corpus), "--output",
+    assert cli.main(["index", "--model", str(model_dir), "--pooler", "avg", "--input", str(corpus), "--output",
                      str(idx), "--no-faiss"]) == 0
+    return idx
+
+
+def test_cli_search_scores_at_most_one(tmp_path, tiny_bert_dir, capsys):
+    idx = _avg_index(tmp_path, tiny_bert_dir)
     args = ["search", "--index", str(idx), "--json", "--threshold", "1.0", "--top-k", "1"]
     for s in SENTENCES:
         args += ["--query", s]
@@ -78,11 +84,7 @@ def test_cli_search_scores_at_most_one(tmp_path, tiny_bert_dir, capsys):
 
 # ------------------------------------------------------------------------------- the recorded pooler rules
 def test_cli_search_uses_the_index_pooler(tmp_path, tiny_bert_dir, capsys):
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("\n".join(SENTENCES) + "\n")
-    idx = tmp_path / "idx"
-    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(corpus), "--output",
-                     str(idx), "--no-faiss"]) == 0
+    idx = _avg_index(tmp_path, tiny_bert_dir)
     capsys.readouterr()
     assert cli.main(["search", "--index", str(idx), "--query", SENTENCES[3], "--json", "--top-k", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
