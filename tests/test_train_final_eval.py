@@ -20,4 +20,4 @@ def test_final_evaluation_has_its_own_keys(tmp_path, tiny_bert_dir, train_txt, c
     assert len(final) == 1 and final[0]["final_stsb_spearman"] == max(v[0] for v in per_step.values())
     printed = capsys.readouterr().out  # the run ends by saying where the model is and what to do next
     assert f"[simcse] trained model: {(tmp_path / 'o').resolve()}" in printed
-    assert f"scripts/evaluation.py --model_name_or_path {(tmp_path / 'o').resolve()}" in printed
+    assert f"simcse evaluate --model_name_or_path {(tmp_path / 'o').resolve()}" in printed
