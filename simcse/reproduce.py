@@ -74,6 +74,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--whitening_sentences", type=int, default=10000)
     p.add_argument("--sts_tasks", nargs="+", default=STS_TASKS, help="test sets for raw/unsup/sup rows")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--bf16", action="store_true",
+                   help="bfloat16 autocast in every SimCSE training run (CPU or GPU; evaluation stays fp32)")
     p.add_argument("--num_threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--overwrite", action="store_true", help="rerun parts whose JSON exists")
     args = p.parse_args(argv)
@@ -121,6 +123,14 @@ def run_raw(args) -> dict:
     return rows
 
 
+def _bf16_flags() -> list[str]:
+    """Training flags for ``--bf16``: HF's ``--bf16 true``, plus ``--use_cpu true`` without CUDA (HF refuses
+    bf16 on a CPU-only machine unless told to train on the CPU)."""
+    import torch
+
+    return ["--bf16", "true"] + ([] if torch.cuda.is_available() else ["--use_cpu", "true"])
+
+
 def _ablation_main():
     from .ablation import main
 
@@ -139,6 +149,7 @@ def run_table3(args, out: Path) -> dict:
     argv += ["--align_every", str(args.align_every)] if args.align_every else []
     argv += ["--rows", *args.table3_rows] if args.table3_rows else []
     argv += ["--overwrite"] if args.overwrite else []
+    argv += ["--", *_bf16_flags()] if args.bf16 else []  # after "--": passed to every row's training
     t0 = time.time()
     records = _ablation_main()(argv)
     result = {"command": "python scripts/run_ablation.py " + " ".join(argv), "s": round(time.time() - t0, 1),
@@ -167,6 +178,7 @@ def run_sup(args, out: Path) -> dict:
            "hard_negative_weight": 0.0, "seed": args.seed, "eval_strategy": "no", "save_strategy": "no",
            "logging_steps": 10, "report_to": "none", "dataloader_pin_memory": False}
     argv = [a for k, v in cfg.items() for a in (f"--{k}", str(v))]
+    argv += _bf16_flags() if args.bf16 else []
     argv += ["--senteval_dir", args.senteval_dir] if args.senteval_dir else []
     model_args, data_args, training_args = parse_args(argv)
     set_seed(training_args.seed)

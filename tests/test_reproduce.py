@@ -84,3 +84,63 @@ def test_rerun_reads_finished_parts_back(tiny_run):
     again = reproduce.main(argv + ["--parts", "raw", "spectrum"])
     assert (out / "raw.json").stat().st_mtime_ns == stamp
     assert again["raw"] == results["raw"] and again["sup"] == results["sup"]
+
+
+def test_bf16_reaches_every_training_run(monkeypatch, tmp_path):
+    import torch
+
+    import simcse.train as train
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_parse_args(argv):
+        seen["sup"] = argv
+        raise Stop
+
+    monkeypatch.setattr(reproduce, "_ablation_main", lambda: (lambda argv: seen.setdefault("table3", argv) and []))
+    monkeypatch.setattr(train, "parse_args", fake_parse_args)
+    base = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--train_file", "w", "--sup_train_file", "n"]
+    reproduce.run_table3(reproduce.parse(base + ["--bf16"]), tmp_path)
+    flags = ["--bf16", "true"] + ([] if torch.cuda.is_available() else ["--use_cpu", "true"])
+    assert seen["table3"][-len(flags) - 1:] == ["--", *flags]
+    with pytest.raises(Stop):
+        reproduce.run_sup(reproduce.parse(base + ["--bf16"]), tmp_path)
+    assert seen["sup"][-len(flags):] == flags
+    seen.clear()
+    reproduce.run_table3(reproduce.parse(base), tmp_path)
+    assert "--bf16" not in seen["table3"]
+
+
+def test_tiny_script_runs_end_to_end(tmp_path):
+    """``TINY=1 bash scripts/reproduce_raw.sh``: pretraining then every part, bf16 on the CPU, as documented."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_evaluation import write_senteval
+
+    repo = Path(__file__).resolve().parent.parent
+    corpus = tmp_path / "wiki.txt"
+    sents = random_sentences(2000, seed=7)
+    corpus.write_text("\n".join(sents) + "\n", encoding="utf-8")
+    nli = tmp_path / "nli.csv"
+    with open(nli, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["sent0", "sent1", "hard_neg"])
+        w.writerows(zip(sents[:300], sents[1:301], sents[2:302]))
+    out = tmp_path / "out"
+    env = {**os.environ, "TINY": "1", "OUT": str(out), "WIKI": str(corpus), "NLI": str(nli), "THREADS": "1",
+           "SIMCSE_SENTEVAL_DIR": str(write_senteval(tmp_path / "downstream")),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    r = subprocess.run(["bash", str(repo / "scripts" / "reproduce_raw.sh")], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert (out / "raw-bert" / "model.safetensors").is_file() and (out / "raw-bert" / "loss_curve.csv").is_file()
+    results = {p: json.loads((out / f"{p}.json").read_text()) for p in ("raw", "table3", "sup", "spectrum")}
+    assert [r["slug"] for r in results["table3"]["rows"]] == ["untrained", "p0.0", "p0.1", "fixed0.1"]
+    assert "--bf16 true" in results["table3"]["command"] and "--bf16 true" in results["sup"]["command"]
+    assert "| p = 0.1 | 82.5 |" in (out / "summary.md").read_text()
