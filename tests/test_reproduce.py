@@ -26,6 +26,19 @@ def test_bad_budget_is_a_clear_error(capsys):
     assert "--steps must be >= 1" in capsys.readouterr().err
 
 
+def write_corpus_and_nli(root, n_lines: int, n_triplets: int, seed: int):
+    """``root/wiki.txt`` (``n_lines`` random sentences) and ``root/nli.csv`` (``n_triplets`` triplets of them)."""
+    corpus = root / "wiki.txt"
+    sents = random_sentences(n_lines, seed=seed)
+    corpus.write_text("\n".join(sents) + "\n", encoding="utf-8")
+    nli = root / "nli.csv"
+    with open(nli, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["sent0", "sent1", "hard_neg"])
+        w.writerows(list(zip(sents, sents[1:], sents[2:]))[:n_triplets])
+    return corpus, nli
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     from test_evaluation import write_senteval
@@ -33,14 +46,7 @@ def tiny_run(tmp_path_factory):
     from simcse.pretrain import PretrainArguments, pretrain
 
     root = tmp_path_factory.mktemp("repro")
-    corpus = root / "wiki.txt"
-    sents = random_sentences(160, seed=5)
-    corpus.write_text("\n".join(sents) + "\n", encoding="utf-8")
-    nli = root / "nli.csv"
-    with open(nli, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["sent0", "sent1", "hard_neg"])
-        w.writerows(zip(sents, sents[1:], sents[2:]))
+    corpus, nli = write_corpus_and_nli(root, 160, 158, seed=5)
     raw = pretrain(PretrainArguments(train_file=str(corpus), output_dir=str(root / "raw"), vocab_size=120,
                                      hidden_size=32, num_hidden_layers=2, num_attention_heads=2, max_seq_length=16,
                                      batch_size=8, max_steps=6, save_steps=100, logging_steps=2, bf16=False))
@@ -124,14 +130,7 @@ def test_tiny_script_runs_end_to_end(tmp_path):
     from test_evaluation import write_senteval
 
     repo = Path(__file__).resolve().parent.parent
-    corpus = tmp_path / "wiki.txt"
-    sents = random_sentences(2000, seed=7)
-    corpus.write_text("\n".join(sents) + "\n", encoding="utf-8")
-    nli = tmp_path / "nli.csv"
-    with open(nli, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["sent0", "sent1", "hard_neg"])
-        w.writerows(zip(sents[:300], sents[1:301], sents[2:302]))
+    corpus, nli = write_corpus_and_nli(tmp_path, 2000, 300, seed=7)
     out = tmp_path / "out"
     env = {**os.environ, "TINY": "1", "OUT": str(out), "WIKI": str(corpus), "NLI": str(nli), "THREADS": "1",
            "SIMCSE_SENTEVAL_DIR": str(write_senteval(tmp_path / "downstream")),
