@@ -123,14 +123,6 @@ def run_raw(args) -> dict:
     return rows
 
 
-def _bf16_flags() -> list[str]:
-    """Training flags for ``--bf16``: HF's ``--bf16 true``, plus ``--use_cpu true`` without CUDA (HF refuses
-    bf16 on a CPU-only machine unless told to train on the CPU)."""
-    import torch
-
-    return ["--bf16", "true"] + ([] if torch.cuda.is_available() else ["--use_cpu", "true"])
-
-
 def _ablation_main():
     from .ablation import main
 
@@ -149,7 +141,7 @@ def run_table3(args, out: Path) -> dict:
     argv += ["--align_every", str(args.align_every)] if args.align_every else []
     argv += ["--rows", *args.table3_rows] if args.table3_rows else []
     argv += ["--overwrite"] if args.overwrite else []
-    argv += ["--", *_bf16_flags()] if args.bf16 else []  # after "--": passed to every row's training
+    argv += ["--", "--bf16", "true"] if args.bf16 else []  # after "--": passed to every row's training
     t0 = time.time()
     records = _ablation_main()(argv)
     result = {"command": "python scripts/run_ablation.py " + " ".join(argv), "s": round(time.time() - t0, 1),
@@ -178,7 +170,7 @@ def run_sup(args, out: Path) -> dict:
            "hard_negative_weight": 0.0, "seed": args.seed, "eval_strategy": "no", "save_strategy": "no",
            "logging_steps": 10, "report_to": "none", "dataloader_pin_memory": False}
     argv = [a for k, v in cfg.items() for a in (f"--{k}", str(v))]
-    argv += _bf16_flags() if args.bf16 else []
+    argv += ["--bf16", "true"] if args.bf16 else []  # on a machine without CUDA, train.py adds --use_cpu true
     argv += ["--senteval_dir", args.senteval_dir] if args.senteval_dir else []
     model_args, data_args, training_args = parse_args(argv)
     set_seed(training_args.seed)

@@ -139,18 +139,29 @@ def _last_value(argv: list[str], flag: str) -> str | None:
     return value
 
 
+def _asks_bf16(argv: list[str]) -> bool:
+    """Whether ``argv`` sets HF's ``--bf16`` to true (``--bf16``, ``--bf16 true``, ``--bf16=1``, ...)."""
+    if "--bf16" not in argv and _last_value(argv, "--bf16") is None:
+        return False
+    value = _last_value(argv, "--bf16")
+    return value is None or value.startswith("--") or value.lower() in ("true", "1", "yes")
+
+
 def _precision_flags(argv: list[str]) -> list[str]:
     """``--bf16 true`` / ``--fp16 true`` for ``--precision`` on a CUDA machine; nothing on CPU, for fp32, or when
-    ``--bf16``/``--fp16``/``--use_cpu`` is given (an explicit HF flag wins).
+    ``--bf16``/``--fp16``/``--use_cpu`` is given (an explicit HF flag wins). An explicit ``--bf16 true`` on a
+    machine without CUDA gets ``--use_cpu true`` (bf16 autocast on the CPU; HF refuses bf16 there otherwise).
 
     Raises:
         SetupError: ``--precision bf16`` on a GPU without bf16 support.
     """
+    import torch
+
+    if _asks_bf16(argv) and _last_value(argv, "--use_cpu") is None and not torch.cuda.is_available():
+        return ["--use_cpu", "true"]
     precision = _last_value(argv, "--precision")
     if precision not in ("bf16", "fp16") or any(_last_value(argv, f) is not None for f in ("--bf16", "--fp16", "--use_cpu")):
         return []
-    import torch
-
     if not torch.cuda.is_available():
         logger.info("--precision %s applies to GPUs; training on CPU in fp32", precision)
         return []

@@ -84,3 +84,14 @@ def test_cpu_configs_and_ablation_bases_state_their_precision():
 def test_precision_flag_is_refused_when_unknown(tmp_path):
     with pytest.raises(train_mod.SetupError, match="--precision must be"):
         _parse(REPO / "configs" / "unsup_bert_base.json", tmp_path, "--precision", "fp8")
+
+
+@pytest.mark.parametrize("flag", [["--bf16", "true"], ["--bf16=1"], ["--bf16"]])
+def test_explicit_bf16_trains_on_the_cpu_without_cuda(flag, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _, _, args = _parse(REPO / "configs" / "unsup_cpu_minilm.json", tmp_path, *flag)
+    assert args.bf16 and args.use_cpu  # HF refuses bf16 without CUDA unless told to use the CPU
+    _, _, args = _parse(REPO / "configs" / "unsup_cpu_minilm.json", tmp_path, "--bf16", "false")
+    assert not args.bf16 and not args.use_cpu
