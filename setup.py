@@ -12,7 +12,7 @@ setup(
     # the checkout's configs/ folder ships inside the package as simcse/configs (``simcse train --config NAME``)
     packages=find_packages(include=["simcse", "simcse.*"]) + ["simcse.configs", "simcse.configs.ablations"],
     package_dir={"simcse.configs": "configs"},
-    package_data={"simcse": ["static/*.html", "static/*.css", "static/*.js"], "simcse.configs": ["*.json"],
+    package_data={"simcse.serving": ["static/*.html", "static/*.css", "static/*.js"], "simcse.configs": ["*.json"],
                   "simcse.configs.ablations": ["*.json"]},
     python_requires=">=3.10",
     # Lower bounds are versions the whole test suite passes with (scripts/check_min_versions.sh installs
@@ -40,5 +40,5 @@ setup(
                 "onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1", "mteb>=2.0,<3",
                 "fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "playwright>=1.40"],
     },
-    entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.train:main"]},
+    entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.training.train:main"]},
 )

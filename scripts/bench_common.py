@@ -8,9 +8,9 @@ WIKI = "wiki1m_for_simcse.txt"
 
 
 def default_model() -> str | None:
-    """The embedded all-MiniLM-L6-v2 folder (:func:`simcse.config.resolve_model_name`), or None when its
+    """The embedded all-MiniLM-L6-v2 folder (:func:`simcse.training.config.resolve_model_name`), or None when its
     package is missing."""
-    from simcse.config import EMBEDDED_MODEL, resolve_model_name
+    from simcse.training.config import EMBEDDED_MODEL, resolve_model_name
 
     try:
         return resolve_model_name(EMBEDDED_MODEL)
@@ -19,20 +19,20 @@ def default_model() -> str | None:
 
 
 def default_data(name: str = WIKI) -> Path:
-    """:func:`simcse.data.default_data_file`: ``$SIMCSE_DATA_MIRROR/<name>``, else ``data/<name>`` in the checkout."""
-    from simcse.data import default_data_file
+    """:func:`simcse.training.data.default_data_file`: ``$SIMCSE_DATA_MIRROR/<name>``, else ``data/<name>`` in the checkout."""
+    from simcse.training.data import default_data_file
 
     found = default_data_file(name)
     return found if found.is_absolute() else REPO / found
 
 
 def read_sentences(path: Path, n: int) -> list[str]:
-    """The first ``n`` non-blank lines of ``path`` (:func:`simcse.data.read_sentences`).
+    """The first ``n`` non-blank lines of ``path`` (:func:`simcse.training.data.read_sentences`).
 
     Raises:
         SystemExit: the file is missing or has fewer than ``n`` non-blank lines (the message names the file).
     """
-    from simcse.data import read_sentences as read
+    from simcse.training.data import read_sentences as read
 
     try:
         out = read(path, n)

@@ -195,7 +195,7 @@ def build_paths(args, work: Path) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from simcse.tool import SimCSE
+    from simcse.retrieval.tool import SimCSE
 
     enc = dict(batch_size=args.batch_size, max_length=args.max_length, return_numpy=True, show_progress=False)
     paths = {}
@@ -206,10 +206,10 @@ def build_paths(args, work: Path) -> dict:
     if {"onnx", "onnx-int8"} & set(args.ours):
         onnx_dir = args.onnx_dir
         if onnx_dir is None or not (onnx_dir / "onnx" / "simcse_onnx.json").is_file():
-            from simcse.onnx import export_onnx
+            from simcse.interop.onnx import export_onnx
 
             onnx_dir = export_onnx(ours.model, onnx_dir or work / "ours_onnx", quantize="int8")
-        for name, f in (("onnx", "simcse.onnx"), ("onnx-int8", "simcse_int8.onnx")):
+        for name, f in (("onnx", "simcse.interop.onnx"), ("onnx-int8", "simcse_int8.onnx")):
             if name in args.ours:
                 tool = SimCSE(str(onnx_dir), backend="onnx", file_name=f, num_threads=args.threads)
                 paths[("ours", name)] = lambda s, t=tool: t.encode(s, **enc)

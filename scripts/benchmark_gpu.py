@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sib
 from bench_common import int_at_least, int_list_at_least  # noqa: E402
 from benchmark_train import _run_child  # noqa: E402
 
-from simcse.flops import encoder_shape, model_flops  # noqa: E402
+from simcse.research.flops import encoder_shape, model_flops  # noqa: E402
 
 SHAPES = {
     "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),

@@ -79,8 +79,8 @@ def child(args) -> dict:
     import torch
     from transformers import TrainingArguments
 
-    from simcse.modeling import SimCSEModel
-    from simcse.trainer import SimCSETrainer
+    from simcse.models.modeling import SimCSEModel
+    from simcse.training.trainer import SimCSETrainer
 
     torch.manual_seed(0)
     model = SimCSEModel.from_pretrained(args.model_name_or_path, pooler_type="cls", new_mlp_init="random")

@@ -10,7 +10,7 @@ the queries (not in the corpus). The other ``n - real`` corpus vectors are drawn
 statistics: k-means (256 clusters) on the real vectors, then for each draw a cluster (by its size) and a
 Gaussian with that cluster's mean and (shrunk) covariance, scaled to unit length.
 
-Each index kind is built from the shard folder with ``simcse.shards.index_from_shards`` (the path of
+Each index kind is built from the shard folder with ``simcse.retrieval.shards.index_from_shards`` (the path of
 ``simcse index --input SHARD_DIR``) in a fresh process, saved, then loaded in another fresh process that
 runs the queries. Reported per kind: build time, bytes per vector of the index in memory (its faiss file;
 IVF-PQ's float16 re-ranking copy lives on disk, memory-mapped, and is listed apart), peak RSS of the build
@@ -57,7 +57,7 @@ def _proc_status(key: str) -> int:
 # ---------------------------------------------------------------------------------------------- vectors
 def real_shards(args) -> Path:
     """Shard folder of the real embeddings (encoded once, then reused from the cache)."""
-    from simcse.shards import is_shard_folder
+    from simcse.retrieval.shards import is_shard_folder
 
     total = args.real + args.queries
     folder = args.cache / f"wiki_{total}_minilm_bf16"
@@ -114,7 +114,7 @@ def draw_like(real: np.ndarray, n: int, seed: int = 0, clusters: int = 256) -> n
 
 def write_base(args, real_dir: Path) -> tuple[Path, np.ndarray]:
     """Shard folder of the n corpus vectors (real first, then drawn) and the query matrix."""
-    from simcse.shards import FORMAT, FORMAT_VERSION, MANIFEST_NAME, ShardSet, shard_stem
+    from simcse.retrieval.shards import FORMAT, FORMAT_VERSION, MANIFEST_NAME, ShardSet, shard_stem
 
     real = ShardSet(real_dir)
     allv = np.concatenate([a for _, a in real.iter_arrays()])
@@ -141,8 +141,8 @@ def write_base(args, real_dir: Path) -> tuple[Path, np.ndarray]:
 
 
 def ground_truth(base_dir: Path, queries: np.ndarray, k: int) -> np.ndarray:
-    from simcse.index import NumpyIndex
-    from simcse.shards import ShardSet
+    from simcse.retrieval.index import NumpyIndex
+    from simcse.retrieval.shards import ShardSet
 
     best_s = np.full((len(queries), 0), -np.inf, np.float32)
     best_i = np.zeros((len(queries), 0), np.int64)
@@ -158,8 +158,8 @@ def ground_truth(base_dir: Path, queries: np.ndarray, k: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- workers
 def worker_build(base_dir: str, kind: str, params: dict, out: str) -> dict:
-    from simcse.index import INDEX_CONFIG_NAME
-    from simcse.shards import ShardSet, index_from_shards
+    from simcse.retrieval.index import INDEX_CONFIG_NAME
+    from simcse.retrieval.shards import ShardSet, index_from_shards
 
     t0 = time.perf_counter()
     index = index_from_shards(ShardSet(base_dir), kind=kind, **params)
@@ -170,7 +170,7 @@ def worker_build(base_dir: str, kind: str, params: dict, out: str) -> dict:
 
 
 def worker_search(folder: str, queries: str, truth: str, k: int, sweep: list) -> dict:
-    from simcse.index import load_index
+    from simcse.retrieval.index import load_index
 
     q = np.load(queries)
     true_i = np.load(truth)
@@ -211,7 +211,7 @@ def encode_check(args) -> dict:
     import torch
 
     from simcse import cli
-    from simcse.tool import SimCSE
+    from simcse.retrieval.tool import SimCSE
 
     torch.set_num_threads(1)  # one thread: steadier on a shared machine; both paths alike
     text = args.cache / f"encode_check_{args.encode_check}.txt"

@@ -4,7 +4,7 @@
 
 Each point is a fresh ``scripts/benchmark_train.py`` worker process (our trainer, default options, the
 benchmark's model and data, ``warmup`` untimed then ``steps`` timed steps). The loss row times
-:func:`simcse.losses.info_nce` alone (forward + backward) on random (B, H) float32 embeddings of the model's
+:func:`simcse.training.losses.info_nce` alone (forward + backward) on random (B, H) float32 embeddings of the model's
 width, to show that the B x B similarity matrix stays a small part of a step even at batch 512: its cost is
 2 * B * B * H multiply-adds for the logits (x3 with backward) against about 6 * params * tokens for the encoder.
 """
@@ -21,14 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import 
 from bench_common import default_model, int_at_least, int_list_at_least  # noqa: E402
 from benchmark_train import _run_child  # noqa: E402
 
-from simcse.flops import encoder_shape  # noqa: E402
+from simcse.research.flops import encoder_shape  # noqa: E402
 
 
 def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:
     """Seconds for one forward + backward of the unsupervised InfoNCE loss on (batch, hidden) float32 views."""
     import torch
 
-    from simcse.losses import info_nce
+    from simcse.training.losses import info_nce
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)

@@ -14,7 +14,7 @@
    server's own ``elapsed_ms`` p50, and the load average of the machine before and after.
 
 Only loopback addresses are accepted. Client-side latency includes waiting for the server: requests are
-encoded one at a time under a lock (see ``simcse.serve.SearchService``), so with 16 clients a request
+encoded one at a time under a lock (see ``simcse.serving.service.SearchService``), so with 16 clients a request
 mostly waits for the ~15 ahead of it and p50 is about 16 x the time of one search.
 """
 from __future__ import annotations

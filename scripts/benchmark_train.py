@@ -8,7 +8,7 @@ all-MiniLM-L6-v2), the same data (the first sentences of wiki1m_for_simcse.txt),
 (32 tokens), learning rate, optimizer (the Trainer default, fused AdamW), seed and precision (fp32, and bf16
 autocast on CPU through the Trainer's own ``--bf16`` flag on both sides):
 
-* ours: :func:`simcse.train.build` + ``trainer.train()`` (HF Trainer loop), pooler ``avg`` (mean pooling,
+* ours: :func:`simcse.training.train.build` + ``trainer.train()`` (HF Trainer loop), pooler ``avg`` (mean pooling,
   as MiniLM's own), temperature 0.05, default options (padding-free forward on);
 * theirs: ``SentenceTransformer(Transformer, Pooling(mean))`` + ``MultipleNegativesRankingLoss(scale=20)``
   (= 1 / 0.05) on an (anchor, positive) dataset holding the same sentence twice, default options.
@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
 from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
 
-from simcse.flops import encoder_shape, gemm_ceiling, model_flops  # noqa: E402
+from simcse.research.flops import encoder_shape, gemm_ceiling, model_flops  # noqa: E402
 
 
 SIDES = ("ours", "st")
@@ -104,7 +104,7 @@ def _common_training_args(args, out: str) -> dict:
 def _train_ours(args, sentences, out):
     from transformers import set_seed
 
-    from simcse.train import build, parse_args
+    from simcse.training.train import build, parse_args
 
     train_file = Path(out) / "train.txt"
     train_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
@@ -203,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (GPU timings synchronise at every step end)")
     p.add_argument("--quick", action="store_true", help="1 round, 2 warm-up + 3 timed steps (a smoke run)")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
-                   help="extra simcse.train options for our side, e.g. --ours-args --padding_free false")
+                   help="extra simcse.training.train options for our side, e.g. --ours-args --padding_free false")
     # worker mode (internal)
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
@@ -230,7 +230,7 @@ def _run_rounds(args, common: list[str], precisions: list[str]) -> dict[tuple[st
 
 
 def _mfu_table(runs: dict, shape: dict, ceiling: dict, precisions: list[str], args) -> dict:
-    """Print the markdown table of speed, memory and MFU (:mod:`simcse.flops`); returns its rows by (side, precision)."""
+    """Print the markdown table of speed, memory and MFU (:mod:`simcse.research.flops`); returns its rows by (side, precision)."""
     summary: dict = {}
     print()
     print("| precision | trainer | sentences/s | s/step | CPU s/step | peak RSS MiB | useful GFLOP/step "

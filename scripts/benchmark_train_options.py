@@ -5,7 +5,7 @@
 
 Every measurement is a fresh ``scripts/benchmark_train.py`` worker process (same model, data, batch size,
 sequence length, seed and timing rules as that benchmark: ``warmup`` untimed steps, then ``steps`` timed
-steps). Variants are given as extra ``simcse.train`` options; ``"default"`` is ours as shipped and ``"st"``
+steps). Variants are given as extra ``simcse.training.train`` options; ``"default"`` is ours as shipped and ``"st"``
 is sentence-transformers. Rounds alternate the order of the variants so a drift in machine load falls on
 all of them. Prints one line per run and a summary: seconds per step (wall and process CPU), peak resident
 memory and the speed-up of each variant's wall time over the ``baseline`` variant (default: ``baseline``).
@@ -37,7 +37,7 @@ DEFAULT_VARIANTS = {
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default=None,
-                   help='JSON {"name": [simcse.train options]}; null options = sentence-transformers '
+                   help='JSON {"name": [simcse.training.train options]}; null options = sentence-transformers '
                         f"(default: {json.dumps(DEFAULT_VARIANTS)})")
     p.add_argument("--baseline", default="baseline", help="variant the speed-ups are relative to")
     p.add_argument("--precisions", default="fp32,bf16")

@@ -56,7 +56,7 @@ def main(argv=None) -> dict:
         if {"onnx", "onnx-int8"} & set(paths):
             onnx_dir = args.onnx_dir
             if onnx_dir is None:
-                from simcse.onnx import export_onnx
+                from simcse.interop.onnx import export_onnx
 
                 onnx_dir = export_onnx(tool.model, Path(tmp) / "onnx_model", quantize="int8")
             tools["onnx"] = (SimCSE(str(onnx_dir), backend="onnx", num_threads=args.threads), None)

@@ -29,8 +29,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from simcse import SimCSE
-    from simcse.index import faiss_available
-    from simcse.inputs import iter_lines
+    from simcse.retrieval.index import faiss_available
+    from simcse.files.inputs import iter_lines
 
     dev = default_data("senteval/downstream/STS/STSBenchmark/sts-dev.csv")
     rows = [line.split("\t") for line in iter_lines(dev)]

@@ -98,8 +98,8 @@ def _encoders(args, parser):
 
 
 def _training_curve(args, parser, numbers: dict) -> None:
-    from simcse import plots
-    from simcse.callbacks import read_align_uniform_log
+    from simcse.research import plots
+    from simcse.training.callbacks import read_align_uniform_log
 
     if not args.log:
         parser.error("--figure training_curve needs --log FILE [FILE ...]")
@@ -110,7 +110,8 @@ def _training_curve(args, parser, numbers: dict) -> None:
 
 
 def _align_uniform(args, parser, numbers: dict) -> None:
-    from simcse import analysis, plots
+    from simcse.evaluation import analysis
+    from simcse.research import plots
     from simcse.evaluation.data import load_stsb
     from simcse.evaluation.sts import correlations
 
@@ -140,7 +141,8 @@ def _align_uniform(args, parser, numbers: dict) -> None:
 
 
 def _spectrum_or_bins(args, parser, numbers: dict) -> None:
-    from simcse import analysis, plots
+    from simcse.evaluation import analysis
+    from simcse.research import plots
     from simcse.evaluation.data import load_stsb
 
     pairs = load_stsb(args.data_dir, args.split)

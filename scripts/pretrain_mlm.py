@@ -1,6 +1,6 @@
 """MLM-pretrain a small BERT from scratch: ``python scripts/pretrain_mlm.py --train_file ... --output_dir ...``.
 
-See :mod:`simcse.pretrain` and docs/reproduction.md (the sizes used there and why).
+See :mod:`simcse.research.pretrain` and docs/reproduction.md (the sizes used there and why).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv=None) -> int:
     from transformers import HfArgumentParser
 
-    from simcse.pretrain import PretrainArguments, pretrain
+    from simcse.research.pretrain import PretrainArguments, pretrain
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = HfArgumentParser(PretrainArguments)

@@ -33,5 +33,5 @@ else
 fi
 python scripts/pretrain_mlm.py --train_file "$WIKI" --output_dir "$OUT/raw-bert" --seed "$SEED" \
   --torch_threads "$THREADS" "${PRETRAIN[@]}"
-python -m simcse.reproduce --model_name_or_path "$OUT/raw-bert" --output_dir "$OUT" --train_file "$WIKI" \
+python -m simcse.research.reproduce --model_name_or_path "$OUT/raw-bert" --output_dir "$OUT" --train_file "$WIKI" \
   --sup_train_file "$NLI" --seed "$SEED" --num_threads "$THREADS" "${REPRO[@]}"

@@ -1,6 +1,6 @@
 """Run the rows of one of the paper's ablation tables: ``python scripts/run_ablation.py --table 3 ...``;
-see ``simcse.ablation`` (docs/ablations.md)."""
-from simcse.ablation import main
+see ``simcse.research.ablation`` (docs/ablations.md)."""
+from simcse.research.ablation import main
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,5 @@
-"""Train SimCSE: ``python scripts/train.py [config.json] [--option value ...]``; see ``simcse.train``."""
-from simcse.train import main
+"""Train SimCSE: ``python scripts/train.py [config.json] [--option value ...]``; see ``simcse.training.train``."""
+from simcse.training.train import main
 
 if __name__ == "__main__":
     main()

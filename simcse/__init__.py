@@ -2,11 +2,10 @@
 
 Importing this package has no side effects: no logging setup, no network, no heavy imports beyond torch.
 """
-from .losses import cosine_logits, info_nce
-from .modeling import SimCSEModel
-from .pooling import POOLERS, get_pooler
-from .tool import SimCSE
-
-__version__ = "0.1.0"
+from simcse.training.losses import cosine_logits, info_nce
+from simcse.models.modeling import SimCSEModel
+from simcse.models.pooling import POOLERS, get_pooler
+from simcse.retrieval.tool import SimCSE
+from simcse.version import __version__
 
 __all__ = ["SimCSE", "SimCSEModel", "info_nce", "cosine_logits", "POOLERS", "get_pooler", "__version__"]

@@ -2,7 +2,7 @@
 works)."""
 import sys
 
-from .cli import main
+from simcse.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

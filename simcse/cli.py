@@ -8,9 +8,9 @@
     simcse serve    [--index DIR | --model M --input corpus.txt] [--host 127.0.0.1] [--port 8000]
     simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
     simcse convert  --model REFERENCE_CHECKPOINT --pooler cls|cls_before_pooler|... --output DIR [--mlp_only_train]
-    simcse train    [--config unsup_bert_base] ...   # simcse.train.main; --list_configs lists packaged configs
+    simcse train    [--config unsup_bert_base] ...   # simcse.training.train.main; --list_configs lists packaged configs
     simcse evaluate --model_name_or_path M [--pooler cls] [--mode test] [--task_set sts]   # simcse.evaluation.cli
-    simcse download wiki|nli|senteval|all [--dest PATH]   # honours $SIMCSE_DATA_MIRROR (simcse.download)
+    simcse download wiki|nli|senteval|all [--dest PATH]   # honours $SIMCSE_DATA_MIRROR (simcse.files.download)
 
 ``python -m simcse ...`` is the same command.
 
@@ -20,7 +20,7 @@ read the column ``--column`` names, ``.jsonl`` files one JSON string or object (
 ``encode`` writes a float32 ``.npy`` of shape (N, H), row i for record i; a blank record is an error unless
 ``--skip-blank`` (then rows follow the non-blank records). ``search`` encodes the queries with the model and
 pooler the index records; a different ``--model``/``--pooler`` is an error.
-With ``--output`` a folder, ``encode`` streams the file into resumable shards (:mod:`simcse.shards`),
+With ``--output`` a folder, ``encode`` streams the file into resumable shards (:mod:`simcse.retrieval.shards`),
 split across ranks under ``torchrun``.
 Problems with the inputs end the command with ``error: ...`` on stderr and exit status 2.
 """
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("serve", help="search demo: a web page and a JSON API over an index")
     _add_model_args(v, required=False)
-    from .serve import add_arguments as add_serve_arguments
+    from simcse.serving.serve import add_arguments as add_serve_arguments
 
     add_serve_arguments(v)
 
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _read_lines(path: str, skip_blank: bool, column: str | None = None) -> list[str]:
     """The records of an input file (see the module docstring); a blank one is an error unless ``skip_blank``."""
-    from .inputs import lines_of, sentence_rows
+    from simcse.files.inputs import lines_of, sentence_rows
 
     if path == "-":
         import io
@@ -157,7 +157,7 @@ def _read_lines(path: str, skip_blank: bool, column: str | None = None) -> list[
 
 
 def _tool(args, model: str):
-    from .tool import SimCSE
+    from simcse.retrieval.tool import SimCSE
 
     try:
         return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length)
@@ -181,7 +181,7 @@ def cmd_encode_shards(args) -> int:
     """``simcse encode --output DIR``: streaming, sharded, resumable; this rank's share under torchrun."""
     import os
 
-    from .shards import DEFAULT_SHARD_SIZE, encode_to_shards
+    from simcse.retrieval.shards import DEFAULT_SHARD_SIZE, encode_to_shards
 
     if args.input == "-" or not Path(args.input).is_file():
         raise CLIError(f"--input {args.input!r} is not a file (a folder output needs a file: it is read again to resume)")
@@ -220,7 +220,7 @@ def cmd_encode(args) -> int:
         raise CLIError("--shard-size and --dtype apply to a folder --output (shards), not to a .npy file")
     sentences = _read_lines(args.input, args.skip_blank, args.column)
     tool = _tool(args, args.model)
-    from .storage import check_room, writing
+    from simcse.files.storage import check_room, writing
 
     needed = 4 * len(sentences) * tool.hidden_size + 128
     check_room(out.parent, needed, f"the embeddings {out.name}", largest_file=needed)
@@ -263,7 +263,7 @@ def _index_params(args) -> dict:
 
 
 def cmd_index(args) -> int:
-    from .shards import is_shard_folder
+    from simcse.retrieval.shards import is_shard_folder
 
     if not Path(args.input).is_file() and not is_shard_folder(args.input):
         raise CLIError(f"--input {args.input!r} is not a file or a finished shard folder (with manifest.json)")
@@ -282,6 +282,8 @@ def cmd_search(args) -> int:
         queries += _read_lines(args.query_file, skip_blank=True)
     if not queries:
         raise CLIError("give at least one --query or a --query-file")
+    from simcse.retrieval.lifecycle import model_for_index
+
     model, args.pooler = model_for_index(args.index, args.model, args.pooler)
     tool = _tool(args, model)
     tool.load_index(args.index)
@@ -299,57 +301,15 @@ def cmd_search(args) -> int:
     return 0
 
 
-def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str | None) -> tuple[str, str | None]:
-    """The model and pooler an index was built with (from its ``simcse_index.json``), checked against the
-    explicit ``--model`` / ``--pooler``: a query encoded otherwise than the indexed vectors scores wrongly.
-
-    Raises:
-        CLIError: no model anywhere; an explicit pooler or model that differs from the recorded one.
-    """
-    from .tool import same_model_path
-
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    rec_model, rec_pooler = meta.get("model_name_or_path") or None, meta.get("pooler")
-    if pooler is not None and rec_pooler is not None and pooler != rec_pooler:
-        raise CLIError(f"--pooler {pooler} differs from the pooler the index was built with ({rec_pooler}, "
-                       f"{meta_file}); drop --pooler to use it")
-    if model is None:
-        if rec_model is None:
-            raise CLIError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
-                                                             else "is missing") + ": pass --model")
-        model = rec_model
-    elif rec_model is not None and Path(rec_model).exists() and not same_model_path(model, rec_model):
-        raise CLIError(f"--model {model} differs from the model the index was built with ({rec_model}, "
-                       f"{meta_file}); drop --model to use it")
-    return model, pooler if pooler is not None else rec_pooler
-
-
-def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[str, str | None]:
-    """(model, pooler) to query the index folder ``index`` with: the recorded ones unless given (see
-    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded.
-
-    Raises:
-        CLIError: no model given or recorded; a given model/pooler that differs from the recorded one;
-            ``index`` is not a saved index.
-    """
-    from .index import INDEX_CONFIG_NAME
-    from .tool import TOOL_META_NAME
-
-    model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
-    if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
-        raise CLIError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
-    return model, pooler
-
-
 def cmd_export(args) -> int:
-    from .export import export_huggingface, export_sentence_transformers, huggingface_reading
-    from .modeling import SimCSEModel
+    from simcse.interop.export import export_huggingface, export_sentence_transformers, huggingface_reading
+    from simcse.models.modeling import SimCSEModel
 
     if args.quantize and args.format != "onnx":
         raise CLIError(f"--quantize needs --format onnx (got --format {args.format})")
     model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler)
     if args.format == "onnx":
-        from .onnx import export_onnx
+        from simcse.interop.onnx import export_onnx
 
         out = export_onnx(model, args.output, quantize=args.quantize)
     elif args.format == "sentence-transformers":
@@ -364,7 +324,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from .modeling import SimCSEModel
+    from simcse.models.modeling import SimCSEModel
 
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -376,27 +336,27 @@ def cmd_convert(args) -> int:
 
 
 def cmd_train(argv: list[str]) -> int:
-    from .train import main as train_main
+    from simcse.training.train import main as train_main
 
     train_main(argv)
     return 0
 
 
 def cmd_evaluate(argv: list[str]) -> int:
-    from .evaluation.cli import main as evaluation_main
+    from simcse.evaluation.cli import main as evaluation_main
 
     evaluation_main(argv)
     return 0
 
 
 def cmd_download(argv: list[str]) -> int:
-    from .download import main as download_main
+    from simcse.files.download import main as download_main
 
     return download_main(argv)
 
 
 def cmd_serve(args) -> int:
-    from .serve import run
+    from simcse.serving.serve import run
 
     return run(args)
 

@@ -92,7 +92,7 @@ def minilm_dir():
 def perturbed_model(folder, pooler: str, mlp_only_train: bool = False, seed: int = 0):
     """A SimCSEModel of ``folder`` with a random new MLP and every weight moved by N(0, 0.05): the tiny random
     models' outputs spread out, so that a wrong pooler or a missing module shows in the embeddings."""
-    from simcse.modeling import SimCSEModel
+    from simcse.models.modeling import SimCSEModel
 
     m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
                                     new_mlp_init="random")
@@ -138,12 +138,12 @@ def _one_torch_thread():
 
 
 def run_training(argv: list[str], on_build=None):
-    """Run ``simcse.train.main(argv)`` and return the ``SimCSETrainer`` it built.
+    """Run ``simcse.training.train.main(argv)`` and return the ``SimCSETrainer`` it built.
 
     ``on_build(trainer)``, when given, runs right after the trainer is built and before it trains (to attach
-    hooks). ``simcse.train.build`` is restored afterwards, also when training raises.
+    hooks). ``simcse.training.train.build`` is restored afterwards, also when training raises.
     """
-    from simcse import train as train_mod
+    from simcse.training import train as train_mod
 
     captured = {}
     real_build = train_mod.build
@@ -163,8 +163,8 @@ def run_training(argv: list[str], on_build=None):
 
 
 def training_error(argv: list[str]) -> str:
-    """The one-line ``error: ...`` message ``simcse.train.main(argv)`` exits with (asserts it is one line)."""
-    from simcse import train as train_mod
+    """The one-line ``error: ...`` message ``simcse.training.train.main(argv)`` exits with (asserts it is one line)."""
+    from simcse.training import train as train_mod
 
     with pytest.raises(SystemExit) as exc:
         train_mod.main(argv)
@@ -377,7 +377,7 @@ def tokenize(model, sentences: list[str], pad_to: int | None = None):
 
 def padded_and_unpadded(folder, pooler: str, **kw):
     """(padded model, padding-free model) loaded from ``folder`` with the same weights, in eval mode."""
-    from simcse.modeling import SimCSEModel
+    from simcse.models.modeling import SimCSEModel
 
     padded = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, **kw).eval()
     free = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, **kw).eval()

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import SENTENCES
 from simcse import cli
-from simcse.tool import SimCSE
+from simcse.retrieval.tool import SimCSE
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +96,10 @@ def test_export(tmp_path, tiny_bert_dir, fmt):
 
 
 def test_train_gets_the_rest_of_argv(monkeypatch):
-    import simcse.train
+    import simcse.training.train
 
     seen = []
-    monkeypatch.setattr(simcse.train, "main", lambda argv: seen.append(argv) or {"loss": 1.0})
+    monkeypatch.setattr(simcse.training.train, "main", lambda argv: seen.append(argv) or {"loss": 1.0})
     assert cli.main(["train", "--model_name_or_path", "m", "--help"]) == 0
     assert seen == [["--model_name_or_path", "m", "--help"]]
 

@@ -17,7 +17,7 @@ def refuse(*args, **kwargs):
 socket.socket.connect = socket.socket.connect_ex = refuse
 socket.create_connection = socket.getaddrinfo = refuse
 
-import simcse, simcse.tool                          # light imports: the hub library is not loaded yet
+import simcse, simcse.retrieval.tool                          # light imports: the hub library is not loaded yet
 assert "huggingface_hub" not in sys.modules and "transformers" not in sys.modules, sorted(
     m for m in sys.modules if m.split(".")[0] in ("huggingface_hub", "transformers"))
 os.environ["HF_HUB_OFFLINE"] = "1"                  # so setting it after `import simcse` still counts
@@ -29,7 +29,7 @@ for name in names:
 import huggingface_hub.constants
 assert huggingface_hub.constants.HF_HUB_OFFLINE, "HF_HUB_OFFLINE not honoured"
 try:
-    simcse.tool.SimCSE("some-org/some-model-not-cached", pooler="avg", device="cpu")
+    simcse.retrieval.tool.SimCSE("some-org/some-model-not-cached", pooler="avg", device="cpu")
 except OSError as e:
     print("offline error:", str(e).splitlines()[0])
 else:

@@ -9,10 +9,10 @@ Entry points:
 
 Importing this package reads no files and loads no model.
 """
-from .data import resolve_senteval_dir
-from .engine import MODES, STS_TASKS, TASKS, TRANSFER_TASKS, check_tasks, evaluate, evaluate_sts_dev
-from .sts import Correlation, cosine_similarity
-from .tables import format_table, format_tables, table_values
+from simcse.evaluation.data import resolve_senteval_dir
+from simcse.evaluation.engine import MODES, STS_TASKS, TASKS, TRANSFER_TASKS, check_tasks, evaluate, evaluate_sts_dev
+from simcse.evaluation.sts import Correlation, cosine_similarity
+from simcse.evaluation.tables import format_table, format_tables, table_values
 
 __all__ = [
     "resolve_senteval_dir",

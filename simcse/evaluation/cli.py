@@ -126,7 +126,7 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from simcse.modeling import SimCSEModel
+    from simcse.models.modeling import SimCSEModel
 
     t0 = time.perf_counter()
     try:
@@ -152,7 +152,7 @@ def main(argv=None) -> dict:
     print(format_tables(results, args.mode, args.classifier))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {shown}: {seconds:.1f} s (model load + encoding + scoring)")
     if args.update_card:
-        from simcse.model_card import results_from_senteval, write_model_card
+        from simcse.models.card import results_from_senteval, write_model_card
 
         card = write_model_card(args.model_name_or_path, results=results_from_senteval(results))
         print(f"updated the model card {card}" if card else
@@ -171,7 +171,7 @@ def main(argv=None) -> dict:
             "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
-        from simcse.storage import WriteError, write_text_atomic
+        from simcse.files.storage import WriteError, write_text_atomic
 
         try:
             Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
@@ -189,8 +189,8 @@ def check_update_card(args, tasks: list[str]) -> None:
     Raises:
         ValueError: naming what is missing.
     """
-    from simcse.modeling import SimCSEModel
-    from simcse.model_card import RESULT_DATASETS
+    from simcse.models.modeling import SimCSEModel
+    from simcse.models.card import RESULT_DATASETS
 
     cfg = SimCSEModel.read_simcse_config(args.model_name_or_path) if Path(args.model_name_or_path).is_dir() else None
     if cfg is None:

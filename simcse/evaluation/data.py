@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs import lines_of, open_text
+from simcse.files.inputs import lines_of, open_text
 
 DOWNLOAD_HINT = "`simcse download senteval` (in a checkout: `bash data/download_senteval.sh`)"
 
@@ -176,7 +176,7 @@ def _cached(fn):
 
 def _not_decodable(path: Path, encoding: str, err: UnicodeDecodeError) -> ValueError:
     """A ValueError naming the file, line and byte that ``encoding`` cannot decode."""
-    from ..data import first_undecodable_line
+    from simcse.files.inputs import first_undecodable_line
 
     bad = first_undecodable_line(path, encoding)
     if bad is None:
@@ -188,7 +188,7 @@ def _not_decodable(path: Path, encoding: str, err: UnicodeDecodeError) -> ValueE
 
 def _read_lines(path: Path, encoding: str) -> list[str]:
     try:
-        with open_text(path, encoding) as f:  # lines split only at "\n", as wc -l counts (simcse.inputs)
+        with open_text(path, encoding) as f:  # lines split only at "\n", as wc -l counts (simcse.files.inputs)
             return list(lines_of(f))
     except UnicodeDecodeError as e:
         raise _not_decodable(path, encoding, e) from None

@@ -14,10 +14,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import data as D
-from .sts import cosine_similarity, score_sts
-from .logreg import SETTINGS as LOGREG_SETTINGS
-from .transfer import (ClassifierConfig, check_finite, check_labels, inner_kfold, kfold_then_test, pair_features,
+from simcse.evaluation import data as D
+from simcse.evaluation.sts import cosine_similarity, score_sts
+from simcse.evaluation.logreg import SETTINGS as LOGREG_SETTINGS
+from simcse.evaluation.transfer import (ClassifierConfig, check_finite, check_labels, inner_kfold, kfold_then_test, pair_features,
                        split_select)
 
 logger = logging.getLogger(__name__)
@@ -320,7 +320,7 @@ def evaluate_sts_dev(encode: Encoder, data_dir: str | Path | None = None, consta
     Raises:
         ConstantScoresError: constant similarities and ``constant_score`` is None.
     """
-    from .sts import ConstantScoresError, correlations
+    from simcse.evaluation.sts import ConstantScoresError, correlations
 
     folder = D.resolve_senteval_dir(data_dir)
     stsb_file = folder / "STS" / "STSBenchmark" / "sts-dev.csv"

@@ -10,8 +10,8 @@ only when every task of the table is present.
 """
 from __future__ import annotations
 
-from .engine import STS_TASKS as STS_COLUMNS  # the paper's column order is the task order
-from .engine import TRANSFER_TASKS as TRANSFER_COLUMNS
+from simcse.evaluation.engine import STS_TASKS as STS_COLUMNS  # the paper's column order is the task order
+from simcse.evaluation.engine import TRANSFER_TASKS as TRANSFER_COLUMNS
 
 DEV_STS_COLUMNS = ("STSBenchmark", "SICKRelatedness")
 

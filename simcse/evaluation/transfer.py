@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .logreg import L2_REGS, SETTINGS, LogRegSettings, fit_path
+from simcse.evaluation.logreg import L2_REGS, SETTINGS, LogRegSettings, fit_path
 
 CLASSIFIERS: tuple[str, ...] = ("senteval", "sklearn")
 INNER_REGS: tuple[float, ...] = tuple(2.0**t for t in range(-2, 4))  # 0.25 .. 8

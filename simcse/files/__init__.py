@@ -1,0 +1,1 @@
+"""Input readers (text, CSV/TSV/JSONL, undecodable lines), safe writes and downloads: the ground floor."""

@@ -1,0 +1,1 @@
+"""Exports to other ecosystems: sentence-transformers and plain HF folders, ONNX."""

@@ -1,0 +1,151 @@
+"""Other libraries' folder layouts for a :class:`SimCSEModel`.
+
+* :func:`write_sentence_transformers_files`: the sentence-transformers modules (Transformer in the folder root,
+  ``1_Pooling``, and a ``2_Dense`` Linear+Tanh module holding the ``cls`` MLP when the MLP is used at inference)
+  that :meth:`SimCSEModel.save_pretrained` adds to every saved folder, so ``SentenceTransformer(folder)``
+  loads it and encodes like our model.
+* :func:`export_sentence_transformers`: save + those files with a chosen ``max_seq_length``.
+* :func:`export_huggingface`: a plain HF folder (``AutoModel.from_pretrained``) whose pooler holds the
+  ``cls`` MLP, so ``outputs.pooler_output`` is the SimCSE ``cls`` embedding; what the reference project's
+  ``simcse_to_huggingface.py`` produced. It has no simcse or sentence-transformers files.
+* ONNX: :mod:`simcse.interop.onnx`.
+
+sentence-transformers is not needed to export; the file formats written here are the ones its
+``models.Transformer`` / ``models.Pooling`` / ``models.Dense`` modules read (checked in the tests with the
+installed package).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from simcse.files.storage import writing
+from simcse.models.folder import MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME
+from simcse.models.modeling import SimCSEModel
+from simcse.models.st_files import ST_FILES, ST_POOLING_MODES, mlp_at_inference, write_sentence_transformers_files
+
+
+def _as_model(model: SimCSEModel | str | os.PathLike) -> SimCSEModel:
+    if isinstance(model, SimCSEModel):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return SimCSEModel.from_pretrained(model)
+    raise TypeError(f"model must be a SimCSEModel or a model folder, got {type(model).__name__}")
+
+
+def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike,
+                                 max_seq_length: int = 128) -> Path:
+    """Write ``model`` as a sentence-transformers model folder; return the folder.
+
+    Every folder :meth:`SimCSEModel.save_pretrained` writes is already one (see
+    :func:`write_sentence_transformers_files`); this saves the model and sets ``max_seq_length``.
+
+    Args:
+        model: a :class:`SimCSEModel` or a folder it loads from.
+        output_dir: created if needed; files of the same names are replaced.
+        max_seq_length: truncation (tokens) that sentence-transformers will use; capped at the model's limit.
+
+    Raises:
+        ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent.
+    """
+    model = _as_model(model)
+    if model.pooler_type not in ST_POOLING_MODES:
+        raise ValueError(
+            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module only reads "
+            f"the last layer); exportable poolers: {sorted(ST_POOLING_MODES)}"
+        )
+    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
+        raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
+    out = Path(output_dir)
+    with writing("the sentence-transformers export", out.parent):  # save_pretrained is atomic
+        model.save_pretrained(out)  # encoder + tokenizer + simcse files + sentence-transformers modules
+        write_sentence_transformers_files(model, out, max_seq_length=max_seq_length)
+    return out
+
+
+def _saved_tensor(folder: Path, key: str) -> torch.Tensor | None:
+    from safetensors import safe_open
+
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            if key in st.keys():
+                return st.get_tensor(key)
+    return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+_HF_READING = {
+    "cls_before_pooler": "last_hidden_state[:, 0] (pooler_output is NOT this model's embedding)",
+    "avg": "the mean of last_hidden_state over the tokens of attention_mask",
+    "avg_top2": "the mean over tokens (attention_mask) of the average of the last two hidden_states",
+    "avg_first_last": "the mean over tokens (attention_mask) of the average of hidden_states[1] and hidden_states[-1]",
+    "avg_first_last_embeddings": "the mean over tokens (attention_mask) of the average of hidden_states[0] and "
+                                 "hidden_states[-1]",
+}
+
+
+def huggingface_reading(model: SimCSEModel) -> tuple[str, str]:
+    """How a plain HF user gets ``model``'s embedding from the exported folder, and the pooler that loads the
+    folder back with ``SimCSE(folder, pooler=...)`` to the same embeddings: ``(reading, pooler)``.
+
+    A ``cls`` model with ``mlp_only_train`` encodes without its MLP (paper Section 3): its embedding is
+    ``last_hidden_state[:, 0]``, not ``pooler_output`` (which holds the MLP)."""
+    pooler = model.inference_pooler
+    if mlp_at_inference(model):
+        return "pooler_output (the encoder's pooler holds the cls MLP)", "cls"
+    return _HF_READING[pooler], pooler
+
+
+def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """Write a plain HF encoder folder (config, safetensors weights, tokenizer); return the folder.
+
+    For the ``cls`` pooler with the MLP used at inference, the encoder's pooler (``pooler.dense``, Linear +
+    Tanh in BERT/RoBERTa) holds the MLP, so ``AutoModel.from_pretrained(folder)(**batch).pooler_output``
+    equals our embedding. For other poolers the HF pooler keeps the encoder's own weights: pool the
+    ``last_hidden_state`` yourself (``[:, 0]`` for ``cls_before_pooler``/``cls`` with ``mlp_only_train``,
+    a masked mean for ``avg``).
+
+    Raises:
+        ValueError: the ``cls`` MLP is used at inference but the encoder has no pooler of shape (H, H) to
+            hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`.
+    """
+    model = _as_model(model)
+    out = Path(output_dir)
+    with writing("the Hugging Face export", out.parent):  # written in a temporary sibling, moved in
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            model.save_pretrained(tmp / "m")
+            saved = tmp / "m"
+            if mlp_at_inference(model):
+                w = _saved_tensor(saved, "pooler.dense.weight")
+                if w is None or not torch.equal(w.float(), model.mlp.dense.weight.detach().float().cpu()):
+                    raise ValueError(
+                        f"{type(model.encoder).__name__} has no pooler that can hold the cls MLP; a plain HF folder "
+                        "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
+                        "sentence-transformers)"
+                    )
+            simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
+            for name in simcse_files + ("README.md", "simcse_training_args.json"):
+                _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
+            out.mkdir(exist_ok=True)
+            for name in simcse_files:
+                _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder
+            for f in sorted(saved.iterdir()):
+                dest = out / f.name
+                if dest.is_dir():
+                    shutil.rmtree(dest)
+                os.replace(f, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out

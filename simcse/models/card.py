@@ -1,0 +1,251 @@
+"""The model card (``README.md`` with Hub metadata) of a saved model folder.
+
+Written by :meth:`simcse.SimCSEModel.save_pretrained` (pooler and loading instructions), at the end of training
+(with the training configuration and the dev/test Spearman measured then) and by ``simcse evaluate
+--update_card`` (the STS-B / SICK-R Spearman of that evaluation). The YAML header follows the Hub's model card
+metadata (``huggingface_hub.ModelCardData``): ``library_name``, ``pipeline_tag``, ``base_model``, ``datasets``,
+``license``, ``tags`` and a ``model-index`` holding the measured Spearman correlations (times 100).
+
+A card that was not written by simcse (no ``simcse`` tag) is left alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from simcse.models.st_files import ST_POOLING_MODES
+
+CARD_NAME = "README.md"
+TRAINING_ARGS_NAME = "simcse_training_args.json"
+CARD_TAG = "simcse"
+# results keys -> (Hub dataset id, display name)
+RESULT_DATASETS = {
+    "STSBenchmark": ("sentence-transformers/stsb", "STS Benchmark"),
+    "SICKRelatedness": ("mteb/sickr-sts", "SICK-R"),
+}
+_TRAIN_DATASETS = {"wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
+                   "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse"}
+# keys of the training configuration listed in the card, in order
+CARD_TRAINING_KEYS = (
+    "model_name_or_path", "train_file", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
+    "max_seq_length", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps", "seed",
+)
+_POOLER_TEXT = {
+    "cls": "the [CLS] vector of the last layer through the MLP head (Linear + Tanh)",
+    "cls_before_pooler": "the [CLS] vector of the last layer (no MLP)",
+    "avg": "the attention-masked mean of the last layer",
+    "avg_top2": "the attention-masked mean of the average of the last two layers",
+    "avg_first_last": "the attention-masked mean of the average of the first and the last layer",
+}
+_CITATION = """@inproceedings{gao2021simcse,
+   title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
+   author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
+   booktitle={Empirical Methods in Natural Language Processing (EMNLP)},
+   year={2021}
+}"""
+
+
+def _hub_id(name) -> str | None:
+    """``name`` when it looks like a Hub model id (not a local path), else None."""
+    if not isinstance(name, str) or not name or Path(name).exists() or name.startswith((".", "/", "~")):
+        return None
+    return name if name.count("/") <= 1 else None
+
+
+def _read_card(folder: Path):
+    from huggingface_hub import ModelCard
+
+    f = folder / CARD_NAME
+    if not f.is_file():
+        return None
+    try:
+        return ModelCard.load(f)
+    except Exception:  # not a card huggingface_hub can parse: treat as someone else's README
+        return False
+
+
+def _old_results(card) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    by_type = {v[0]: k for k, v in RESULT_DATASETS.items()}
+    for r in getattr(card.data, "eval_results", None) or []:
+        task = by_type.get(r.dataset_type)
+        if task and r.dataset_split and r.metric_type == "spearman_cosine":
+            out.setdefault(task, {})[r.dataset_split] = float(r.metric_value) / 100.0
+    return out
+
+
+def _eval_results(results: dict[str, dict[str, float]]):
+    from huggingface_hub import EvalResult
+
+    rows = []
+    for task, splits in results.items():
+        dtype, dname = RESULT_DATASETS[task]
+        for split in ("dev", "test"):
+            if split in splits:
+                rows.append(EvalResult(task_type="sentence-similarity", task_name="Semantic Textual Similarity",
+                                       dataset_type=dtype, dataset_name=dname, dataset_split=split,
+                                       metric_type="spearman_cosine", metric_name="Spearman (cosine)",
+                                       metric_value=round(100.0 * float(splits[split]), 2)))
+    return rows
+
+
+def _usage(pooler: str, name: str, st_ok: bool) -> str:
+    st = (f"```python\nfrom sentence_transformers import SentenceTransformer\n\nmodel = SentenceTransformer(\"{name}\")\n"
+          "embeddings = model.encode([\"A man is playing a guitar.\"])\n```" if st_ok else
+          f"sentence-transformers cannot load this folder: its Pooling module has no `{pooler}` mode, so "
+          "`SentenceTransformer(...)` stops with `Invalid pooling mode` instead of computing other embeddings. "
+          "Use simcse or plain transformers.")
+    if pooler == "cls":
+        hf = "emb = out.pooler_output  # the encoder's pooler holds the SimCSE MLP"
+    elif pooler == "cls_before_pooler":
+        hf = "emb = out.last_hidden_state[:, 0]"
+    else:
+        layers = {"avg": "out.last_hidden_state", "avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
+                  "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2"}[pooler]
+        hf = (f"h = {layers}\nm = batch[\"attention_mask\"].unsqueeze(-1).float()\n"
+              "emb = (h * m).sum(1) / m.sum(1)")
+    return f"""### simcse
+
+```python
+from simcse import SimCSE
+
+model = SimCSE("{name}")  # reads the pooler from simcse_config.json
+embeddings = model.encode(["A man is playing a guitar."])
+```
+
+### sentence-transformers
+
+{st}
+
+### transformers
+
+```python
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+tok, enc = AutoTokenizer.from_pretrained("{name}"), AutoModel.from_pretrained("{name}")
+batch = tok(["A man is playing a guitar."], padding=True, truncation=True, return_tensors="pt")
+with torch.no_grad():
+    out = enc(**batch, output_hidden_states=True)
+{hf}
+```
+"""
+
+
+def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> str:
+    pooler = cfg.get("pooler_type", "cls")
+    mlp_note = " (the MLP is used in training only)" if pooler == "cls" and cfg.get("mlp_only_train") else ""
+    if pooler == "cls" and cfg.get("mlp_only_train"):
+        pooler_text = "the [CLS] vector of the last layer (no MLP)"
+    else:
+        pooler_text = _POOLER_TEXT.get(pooler, pooler)
+    lines = [f"# {name}", "",
+             "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library.", "",
+             f"- pooler: `{pooler}`{mlp_note}: the sentence embedding is {pooler_text}",
+             f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine", ""]
+    if results:
+        lines += ["## Results", "", "Spearman correlation (x100) of the cosine similarity with the gold scores.", "",
+                  "| task | split | Spearman |", "|---|---|---|"]
+        for task, splits in results.items():
+            for split in ("dev", "test"):
+                if split in splits:
+                    lines.append(f"| {RESULT_DATASETS[task][1]} | {split} | {100.0 * splits[split]:.2f} |")
+        lines.append("")
+    if training:
+        lines += ["## Training configuration", "", "| argument | value |", "|---|---|"]
+        lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None]
+        lines.append("")
+    lines += ["## Usage", "", _usage(pooler, name, st_ok), "## Citation", "", "```bibtex", _CITATION, "```", ""]
+    return "\n".join(lines)
+
+
+def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = None, training: dict | None = None,
+                     results: dict[str, dict[str, float]] | None = None, model_name: str | None = None,
+                     license: str = "mit", overwrite: bool = False) -> Path | None:
+    """Write (or update) ``folder/README.md``; return its path, or None when a foreign card was kept.
+
+    Args:
+        folder: a saved model folder (``simcse_config.json`` is read when ``simcse_config`` is None).
+        training: training arguments (names as in ``scripts/train.py``), saved as ``simcse_training_args.json``;
+            default: that file of the folder when present.
+        results: ``{"STSBenchmark"|"SICKRelatedness": {"dev"|"test": spearman}}``, Spearman as a fraction
+            (0.8203); merged over the results already in the card.
+        model_name: the title and the id in the usage snippets (default: the folder name).
+        license: the Hub license id.
+        overwrite: replace a README.md that simcse did not write.
+
+    Raises:
+        ValueError: an unknown task or a split other than dev/test in ``results``.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    folder = Path(folder)
+    for task, splits in (results or {}).items():
+        if task not in RESULT_DATASETS or not set(splits) <= {"dev", "test"}:
+            raise ValueError(f"results must map {sorted(RESULT_DATASETS)} to {{'dev'|'test': spearman}}, "
+                             f"got {task!r}: {splits!r}")
+    old = _read_card(folder)
+    if old is False or (old is not None and CARD_TAG not in (old.data.tags or []) and not overwrite):
+        return None
+    merged = _old_results(old) if old else {}
+    for task, splits in (results or {}).items():
+        merged.setdefault(task, {}).update({k: float(v) for k, v in splits.items()})
+    cfg = simcse_config if simcse_config is not None else _json(folder / "simcse_config.json")
+    if training is None:
+        training = _json(folder / TRAINING_ARGS_NAME)
+    else:  # kept with the folder, so later updates (evaluate --update_card, saves) describe it too
+        (folder / TRAINING_ARGS_NAME).write_text(json.dumps(training, indent=2, default=str) + "\n")
+    st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES
+    name = model_name or folder.resolve().name
+    train_file = Path(str(training.get("train_file") or "")).name
+    data = ModelCardData(
+        library_name="sentence-transformers" if st_ok else "transformers", pipeline_tag="sentence-similarity",
+        base_model=_hub_id(training.get("model_name_or_path")), license=license, model_name=name,
+        datasets=[_TRAIN_DATASETS[train_file]] if train_file in _TRAIN_DATASETS else None,
+        tags=[CARD_TAG, "sentence-transformers", "sentence-similarity", "feature-extraction"],
+        eval_results=_eval_results(merged) or None,
+    )
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_body(name, cfg, training, merged, st_ok)}")
+    path = folder / CARD_NAME
+    tmp = path.with_name(f".{CARD_NAME}.tmp")
+    card.save(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def results_from_senteval(res: dict) -> dict[str, dict[str, float]]:
+    """``{task: {split: spearman}}`` for STS-B / SICK-R from :func:`simcse.evaluation.evaluate`'s output."""
+    out: dict[str, dict[str, float]] = {}
+    for task in RESULT_DATASETS:
+        for split in ("dev", "test"):
+            rho = res.get(task, {}).get(split, {}).get("spearman")
+            if rho is not None:
+                rho = rho.statistic if hasattr(rho, "statistic") else rho[0] if isinstance(rho, (tuple, list)) else rho
+                out.setdefault(task, {})[split] = float(rho)
+    return out
+
+
+def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None) -> Path | None:
+    """End of training: write ``simcse_training_args.json`` (the arguments of ``arg_objects``, dataclasses such
+    as ``(ModelArguments, DataTrainingArguments, TrainingArguments)``) and the card with the dev Spearman of
+    ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``."""
+    import dataclasses
+
+    training: dict = {}
+    for obj in arg_objects:
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, (str, int, float, bool)) or v is None:
+                training.setdefault(f.name, v)
+    scores: dict[str, dict[str, float]] = {}
+    for task, key in (("STSBenchmark", "stsb_spearman"), ("SICKRelatedness", "sickr_spearman")):
+        for split, section, prefix in (("dev", "after", "final_"), ("test", "test", "test_")):
+            v = (results.get(section) or {}).get(prefix + key)
+            if v is not None:
+                scores.setdefault(task, {})[split] = float(v)
+    return write_model_card(folder, training=training, results=scores, model_name=model_name)

@@ -1,0 +1,352 @@
+"""The saved-folder format of :class:`simcse.SimCSEModel`: file names, reading and writing a folder.
+
+A saved SimCSE model is a plain HF encoder folder plus small files::
+
+    config.json, model.safetensors, tokenizer files   # the encoder: AutoModel.from_pretrained(dir) works
+    simcse_config.json                                 # pooler_type, mlp_only_train, hidden_size, format version
+    simcse_mlp.safetensors                             # the MLP head (only for pooler_type "cls")
+    modules.json, 1_Pooling/, ...                      # sentence-transformers modules (:mod:`simcse.models.st_files`)
+    README.md                                          # the model card (:mod:`simcse.models.card`)
+
+so loading never guesses the pooler from the model's name (the reference's tool did). :class:`SavedFolder` is the
+mixin that gives :class:`simcse.SimCSEModel` its ``save_pretrained`` / ``from_pretrained`` / ``load_weights``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from simcse.files.storage import atomic_folder, writing
+from simcse.models.card import write_model_card
+from simcse.models.pooling import get_pooler, recorded_pooler
+from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
+from simcse.models.st_files import write_sentence_transformers_files
+
+logger = logging.getLogger(__name__)
+
+SIMCSE_CONFIG_NAME = "simcse_config.json"
+
+MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
+
+MLM_HEAD_WEIGHTS_NAME = "simcse_mlm_head.safetensors"  # the auxiliary MLM head (training with do_mlm)
+
+FORMAT_VERSION = 1
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
+    """True when ``path`` is a local folder (checked for weights); False for a hub name.
+
+    Raises:
+        FileNotFoundError: ``path`` looks like a local path but does not exist, or has no weight file.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if not any((p / f).is_file() for f in _WEIGHT_FILES):
+            raise FileNotFoundError(
+                f"model folder {path!r} has no weights: expected one of {list(_WEIGHT_FILES)}"
+            )
+        return True
+    if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
+        raise FileNotFoundError(f"model path {path!r} is not a folder with a saved model")
+    _check_hub_name(path, hf_kwargs)
+    return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
+
+def _check_hub_name(name: str, hf_kwargs: dict | None = None, timeout: float = 3.0) -> None:
+    """Fail at once, saying what was looked for, when hub name ``name`` cannot be loaded here.
+
+    Passes when the name is in the local HF cache or the hub answers a TCP connection within ``timeout``
+    seconds; otherwise (``HF_HUB_OFFLINE=1``, or no route to the hub) transformers would spend its retries
+    (~25 s) before a generic message.
+
+    Raises:
+        FileNotFoundError: not a local folder, not cached, and the hub is off or unreachable.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    looked = f"{name!r} is not a local folder (no {str(Path(name).resolve())!r})"
+    try:
+        cache = {k: v for k, v in (hf_kwargs or {}).items() if k in ("cache_dir", "revision")}
+        if isinstance(try_to_load_from_cache(name, "config.json", **cache), str):
+            return
+    except ValueError:  # not a valid hub repo id either
+        raise FileNotFoundError(f"{looked} and not a valid hub model id") from None
+    where = f"and not in the HF cache ({(hf_kwargs or {}).get('cache_dir') or constants.HF_HUB_CACHE})"
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(f"{looked} {where}; HF_HUB_OFFLINE is set, so the hub was not asked: "
+                                "give a local model folder, or download the model where the hub is reachable")
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as e:
+        raise FileNotFoundError(f"{looked} {where}, and the hub ({host}) cannot be reached from this machine ({e}); "
+                                "give a local model folder, or download the model where the hub is reachable") from None
+
+_HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only", "force_download")
+
+def _hub_file(repo_id: str, filename: str, hf_kwargs: dict) -> Path | None:
+    """``filename`` of Hub model ``repo_id`` (downloaded, or from the Hub cache when offline), or None when the
+    repository (or, offline, its cached snapshot) has no such file. ``hf_kwargs``: the hub options of
+    :meth:`SimCSEModel.from_pretrained` (``cache_dir``, ``revision``, ``token``...)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo_id, filename, **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS}))
+    except EntryNotFoundError:  # remote: no such file; offline: not in the cached snapshot
+        return None
+
+def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
+    """Load ``AutoModel`` from ``path``; return (encoder, its detached pooler module or None).
+
+    The encoder's own pooler (BERT's NSP pooler: Linear + Tanh) is detached: SimCSE never runs it inside the
+    encoder, and an unused module would break DDP's gradient bookkeeping. It is returned so that a plain HF
+    checkpoint evaluated with ``cls`` can use its weights (as the reference evaluation's ``pooler_output``)
+    and so that saving can put it back, holding the MLP (as the reference's ``simcse_to_huggingface``).
+    """
+    from transformers import AutoModel
+
+    if kwargs.get("weights_only", True) is not True:
+        raise ValueError("weights_only=False is refused: simcse loads pickle-based weight files (pytorch_model.bin) "
+                         "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
+    import pickle
+
+    try:
+        encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    except pickle.UnpicklingError as e:  # torch.load(weights_only=True) met an object that is not a tensor
+        detail = next((line for line in str(e).splitlines() if "GLOBAL" in line), "").strip()
+        raise ValueError(
+            f"refusing to load the pickle-based weights of {path!r}: they hold objects other than tensors, which "
+            f"only an unsafe torch.load(weights_only=False) would run{f' ({detail})' if detail else ''}; "
+            "expected model.safetensors (convert trusted weights with safetensors)"
+        ) from None
+    hf_pooler = getattr(encoder, "pooler", None)
+    if not isinstance(hf_pooler, nn.Module):
+        return encoder, None
+    encoder.pooler = None
+    return encoder, hf_pooler
+
+def _check_tokenizer_fits(tokenizer, encoder) -> None:
+    """ValueError when ``tokenizer`` makes token ids the encoder's embedding matrix has no row for.
+
+    Without this check a mismatched tokenizer fails deep inside torch ("index out of range in self").
+    """
+    emb = encoder.get_input_embeddings() if hasattr(encoder, "get_input_embeddings") else None
+    rows = getattr(emb, "num_embeddings", None)
+    if tokenizer is None or not isinstance(rows, int):
+        return
+    n = len(tokenizer)
+    if n > rows:
+        raise ValueError(
+            f"tokenizer ({type(tokenizer).__name__}, {n} tokens) does not match the encoder: its embedding matrix "
+            f"has {rows} rows, so token ids {rows}..{n - 1} would be out of range; expected the tokenizer saved "
+            "with this model (or resize the embeddings with encoder.resize_token_embeddings(len(tokenizer)))"
+        )
+
+
+def _pooler_dense(hf_pooler) -> nn.Linear | None:
+    """The ``nn.Linear`` of an HF pooler (BERT's ``pooler.dense``), or None."""
+    dense = getattr(hf_pooler, "dense", None)
+    return dense if isinstance(dense, nn.Linear) else None
+
+
+class SavedFolder:
+    """save_pretrained / from_pretrained / load_weights of :class:`simcse.SimCSEModel` (see the module)."""
+
+    # ----------------------------------------------------------------------------------- save / load
+    def simcse_config(self) -> dict:
+        return {
+            "format_version": FORMAT_VERSION,
+            "pooler_type": self.pooler_type,
+            "mlp_only_train": self.mlp_only_train,
+            "hidden_size": self.hidden_size,
+        }
+
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
+                        is_main_process: bool = True) -> None:
+        """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
+        sentence-transformers module files (:func:`simcse.models.st_files.write_sentence_transformers_files`) and the
+        model card ``README.md`` (:func:`simcse.models.card.write_model_card`).
+
+        Files are first written to a temporary folder next to ``save_directory`` and then moved in one
+        rename each (:func:`simcse.files.storage.atomic_folder`), so an interrupted save never leaves a half-written
+        weight file in place; a failed write raises :class:`simcse.files.storage.WriteError`. With
+        ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
+        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written.
+        """
+        from safetensors.torch import save_file
+
+        if not is_main_process:
+            return
+        with atomic_folder(save_directory, "the model") as tmp:
+            self._save_encoder(tmp)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(tmp)
+            if self.mlp is not None:
+                save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
+            if getattr(self, "mlm_head", None) is not None:
+                save_file(self._mlm_head_state(), str(tmp / MLM_HEAD_WEIGHTS_NAME))
+            (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
+            write_sentence_transformers_files(self, tmp)  # the folder is a sentence-transformers folder too
+        with writing("the model card", save_directory):
+            write_model_card(Path(save_directory), simcse_config=self.simcse_config())  # keeps results/training info
+
+    def _mlm_head_state(self) -> dict[str, torch.Tensor]:
+        """The MLM head's own tensors (transform, LayerNorm, bias), each storage once; the decoder weight tied to
+        the encoder's word embeddings is left out (it is saved with the encoder)."""
+        seen = {self.encoder.get_input_embeddings().weight.data_ptr()}
+        out = {}
+        for k, v in self.mlm_head.state_dict().items():
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                out[k] = v.detach().contiguous().cpu()
+        return out
+
+    def _save_encoder(self, folder: Path) -> None:
+        # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
+        # has an MLP of the same shape, the pooler holds the MLP, so HF's ``pooler_output`` equals our ``cls``.
+        hf_pooler = self._hf_pooler[0] if self._hf_pooler else None
+        dense = _pooler_dense(hf_pooler)
+        if dense is not None and self.mlp is not None and dense.weight.shape == self.mlp.dense.weight.shape:
+            with torch.no_grad():
+                dense.weight.copy_(self.mlp.dense.weight)
+                dense.bias.copy_(self.mlp.dense.bias)
+        if hf_pooler is not None:
+            self.encoder.pooler = hf_pooler.to(self.device)
+        try:
+            self.encoder.save_pretrained(folder, safe_serialization=True)
+        finally:
+            if hf_pooler is not None:
+                self.encoder.pooler = None
+
+    @staticmethod
+    def read_simcse_config(path: str | os.PathLike) -> dict | None:
+        """The parsed ``simcse_config.json`` of a local folder, or None when it has none."""
+        f = Path(path) / SIMCSE_CONFIG_NAME
+        if not f.is_file():
+            return None
+        cfg = json.loads(f.read_text())
+        if cfg.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(f"{f} has format_version {cfg['format_version']}; this simcse reads <= {FORMAT_VERSION}")
+        return cfg
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_name_or_path: str | os.PathLike,
+        pooler_type: str | None = None,
+        mlp_only_train: bool | None = None,
+        new_mlp_init: str = "encoder_pooler",
+        trust_remote_code: bool = False,
+        **hf_kwargs,
+    ) -> "SavedFolder":
+        """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, a folder written by the
+        reference code's trainer (:mod:`simcse.models.reference_checkpoints`; its ``mlp.dense.*`` becomes the ``cls``
+        MLP), or a hub name.
+
+        For a hub name, ``simcse_config.json`` and ``simcse_mlp.safetensors`` are read from the repository (or
+        the Hub cache offline) like the encoder, so a pushed model comes back with its pooler and MLP.
+
+        Args:
+            pooler_type: overrides the saved pooler. Without one: the saved one, else the one a
+                sentence-transformers folder's ``1_Pooling`` records (:func:`simcse.models.pooling.recorded_pooler`);
+                a reference trainer folder is an error (its pooler is not recorded); the reference's 8 published
+                model ids get their documented pooler (one log line); anything else gets ``cls`` with a warning.
+            mlp_only_train: overrides the saved flag (default False for a plain encoder).
+            new_mlp_init: how a ``cls`` MLP absent from the folder starts: ``"encoder_pooler"`` copies the
+                encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
+                ``"random"`` draws N(0, initializer_range) like the reference trainer's fresh ``MLPLayer``.
+            trust_remote_code: passed to transformers; off by default.
+            hf_kwargs: more ``AutoModel.from_pretrained`` options (``torch_dtype``, ``attn_implementation``...).
+
+        Raises:
+            FileNotFoundError: a local path that is missing or holds no weights.
+            ValueError: an unknown pooler name or ``new_mlp_init``; a reference trainer folder without a pooler.
+        """
+        from transformers import AutoTokenizer
+
+        path = str(model_name_or_path)
+        if new_mlp_init not in ("encoder_pooler", "random"):
+            raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
+        is_local = _check_model_dir(path, hf_kwargs)
+        hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
+        cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
+        ref_mlp = read_reference_mlp(path) if is_local and cfg is None else None
+        if pooler_type is None:
+            pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local)
+        get_pooler(pooler_type)  # fail on a bad name before loading weights
+        if mlp_only_train is None:
+            mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
+        encoder, hf_pooler = _load_encoder(path, trust_remote_code=trust_remote_code, **hf_kwargs)
+        hf_dense = _pooler_dense(hf_pooler)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                  **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
+        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
+        if model.mlp is not None:
+            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
+            if mlp_file is not None and mlp_file.is_file():
+                from safetensors.torch import load_file
+
+                model.mlp.load_state_dict(load_file(str(mlp_file)))
+            elif ref_mlp is not None:
+                model.mlp.load_state_dict(ref_mlp)
+                logger.info("%s: the cls MLP is the reference checkpoint's mlp.dense.*", path)
+            elif new_mlp_init == "encoder_pooler" and hf_dense is not None and hf_dense.weight.shape == model.mlp.dense.weight.shape:
+                model.mlp.dense.load_state_dict(hf_dense.state_dict())
+            elif new_mlp_init == "encoder_pooler" and not mlp_only_train:
+                logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
+        return model
+
+    @staticmethod
+    def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool) -> str:
+        """The pooler when none is given: the saved one; the one a sentence-transformers folder records; none for
+        a reference trainer folder (ValueError); for the reference's 8 published ids their documented one (one log
+        line); else ``cls`` with a warning."""
+        if cfg is not None:
+            return cfg["pooler_type"]
+        recorded = recorded_pooler(path) if is_local else None
+        if recorded is not None:  # a sentence-transformers folder's pooling
+            logger.info("%s: pooler_type=%r, read from %s", path, recorded[0], recorded[1])
+            return recorded[0]
+        if reference_folder:
+            raise ValueError(missing_pooler_message(path))
+        documented = published_pooler(path)
+        if documented is not None:
+            logger.warning("%s is one of the reference's published models: using its documented pooler %r "
+                           "(pass pooler_type to choose)", path, documented)
+            return documented
+        logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)
+        return "cls"
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place; with an
+        attached MLM head (``do_mlm``) also the head's weights when the folder has them (training checkpoints).
+
+        Raises:
+            FileNotFoundError: no weights, or no MLP file for pooler ``cls``. ValueError: an incomplete head file.
+        """
+        from safetensors.torch import load_file
+
+        _check_model_dir(str(path))
+        fresh, _ = _load_encoder(str(path), torch_dtype=next(self.encoder.parameters()).dtype)
+        self.encoder.load_state_dict(fresh.state_dict())
+        if self.mlp is not None:
+            mlp_file = Path(path) / MLP_WEIGHTS_NAME
+            if not mlp_file.is_file():
+                raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
+            self.mlp.load_state_dict(load_file(str(mlp_file)))
+        head_file = Path(path) / MLM_HEAD_WEIGHTS_NAME
+        if getattr(self, "mlm_head", None) is not None and head_file.is_file():  # a checkpoint of a do_mlm run
+            state = load_file(str(head_file))
+            missing = set(self._mlm_head_state()) - set(state)
+            if missing:
+                raise ValueError(f"{head_file} lacks MLM head weights {sorted(missing)}")
+            self.mlm_head.load_state_dict(state, strict=False)

@@ -1,0 +1,154 @@
+"""The inference loop of :class:`simcse.SimCSEModel`: tokenise once, sort by token length, cut batches, pad each
+batch only to its own longest row, run the model, put the rows back in input order.
+
+:class:`Encoding` is the mixin that gives :class:`simcse.SimCSEModel` its ``encode`` (it relies on the model's
+``tokenizer``, ``forward``, ``max_input_tokens`` and ``device``).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+class Encoding:
+    """``encode`` of :class:`simcse.SimCSEModel` (see the module)."""
+
+    # ------------------------------------------------------------------------------------------ encode
+    @torch.inference_mode()
+    def encode(
+        self,
+        sentences: list[str],
+        batch_size: int = 64,
+        max_length: int = 128,
+        device: str | torch.device | None = None,
+        show_progress: bool = False,
+        normalize: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> np.ndarray:
+        """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
+
+        All sentences are tokenised up front (:meth:`_tokenize_flat`), then batches of ``batch_size`` are cut
+        from the list sorted by *token* length (:meth:`_padded_batch`), so a batch carries almost no padding.
+        ``max_length`` truncates (tokens, special tokens included; capped at :attr:`max_input_tokens`, the
+        encoder's position table); when any sentence is cut, one ``UserWarning`` gives how many. ``dtype``
+        (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed.
+
+        Raises:
+            TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
+            ValueError: the model has no tokenizer, or ``batch_size``/``max_length`` is not a positive int.
+        """
+        self._check_encode_args(sentences, batch_size, max_length)
+        max_length = min(max_length, self.max_input_tokens)  # longer would index past the position table
+        n = len(sentences)
+        if n == 0:
+            return np.zeros((0, self.hidden_size), dtype=np.float32)
+        if device is not None:
+            self.to(device)
+        flat, lengths, offsets = self._tokenize_flat(sentences, max_length)
+
+        # Batches over the token-length order (longest first, so an out-of-memory shows up at once).
+        order = np.argsort(-lengths, kind="stable")
+        out = np.empty((n, self.hidden_size), dtype=np.float32)
+        starts = range(0, n, batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="encoding", unit="batch")
+        dev = self.device
+        was_training = self.training
+        self.eval()
+        try:
+            for start in starts:
+                idx = order[start : start + batch_size]
+                batch = {k: torch.from_numpy(v).to(dev) for k, v in self._padded_batch(flat, lengths, offsets, idx).items()}
+                with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
+                    emb = self(**batch).float()  # (B, H)
+                if normalize:
+                    emb = torch.nn.functional.normalize(emb, dim=-1)
+                out[idx] = emb.cpu().numpy()
+        finally:
+            self.train(was_training)
+        return out
+
+    def _check_encode_args(self, sentences, batch_size, max_length) -> None:
+        """The argument checks of :meth:`encode` (errors: see there)."""
+        if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
+            raise TypeError(f"sentences must be a list of str, got {type(sentences).__name__}")
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise TypeError(f"sentences[{i}] must be str, got {type(s).__name__}")
+        for name, v in (("batch_size", batch_size), ("max_length", max_length)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.tokenizer is None:
+            raise ValueError("this SimCSEModel has no tokenizer; pass one to the constructor or load with from_pretrained")
+
+    def _tokenize_flat(self, sentences, max_length: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Tokenise all ``sentences`` once, unpadded (one fast-tokenizer call per 8,192 sentences).
+
+        Returns ``(flat, lengths, offsets)``: per input key (``input_ids``, ``token_type_ids``...) one flat int32
+        array of all rows' ids, row i at ``offsets[i]:offsets[i+1]``; ``lengths`` (N,) int64 token counts;
+        ``offsets`` (N+1,) int64. Warns (``UserWarning``, once) when ``max_length`` cut any sentence.
+        """
+        import itertools
+
+        tok = self.tokenizer
+        n = len(sentences)
+        keys = [k for k in getattr(tok, "model_input_names", ["input_ids", "attention_mask"]) if k != "attention_mask"]
+        parts: dict[str, list[np.ndarray]] = {}
+        lengths = np.empty(n, dtype=np.int64)
+        chunk = 8192
+        for start in range(0, n, chunk):
+            enc = tok(list(sentences[start : start + chunk]), truncation=True, max_length=max_length, padding=False,
+                      return_attention_mask=False)
+            ids = enc["input_ids"]
+            lengths[start : start + len(ids)] = [len(x) for x in ids]
+            for k in keys:
+                if k in enc:
+                    parts.setdefault(k, []).append(np.fromiter(itertools.chain.from_iterable(enc[k]), dtype=np.int32))
+        flat = {k: np.concatenate(v) for k, v in parts.items()}
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+
+        # A row at exactly max_length may have been cut: re-tokenise those few with one more token to tell.
+        full = np.flatnonzero(lengths >= max_length)
+        if len(full):
+            longer = tok([sentences[i] for i in full], truncation=True, max_length=max_length + 1,
+                         return_attention_mask=False)["input_ids"]
+            n_cut = sum(len(x) > max_length for x in longer)
+            if n_cut:
+                import warnings
+
+                # stacklevel: this method, encode, inference_mode's wrapper, the caller of encode
+                warnings.warn(f"{n_cut} of {n} sentences are longer than max_length={max_length} tokens and were "
+                              "truncated", UserWarning, stacklevel=4)
+        return flat, lengths, offsets
+
+    def _padded_batch(self, flat: dict[str, np.ndarray], lengths: np.ndarray, offsets: np.ndarray,
+                      idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows ``idx`` (B,) of :meth:`_tokenize_flat`'s arrays padded to their longest: (B, W) int64 arrays.
+
+        Rows are always padded on the right, whatever the tokenizer's ``padding_side``: the ``cls`` poolers read
+        position 0 and the encoder numbers positions from the first token, so a sentence's embedding never
+        depends on the other sentences of its batch. Pad values follow the tokenizer (``pad_token_id``,
+        ``pad_token_type_id``); the result holds every flat key plus ``attention_mask``.
+        """
+        tok = self.tokenizer
+        pad_values = {"input_ids": tok.pad_token_id if tok.pad_token_id is not None else 0,
+                      "token_type_ids": getattr(tok, "pad_token_type_id", 0) or 0}
+        lens = lengths[idx]  # (B,)
+        width = int(lens.max())
+        cols = np.arange(width)
+        mask = cols[None, :] < lens[:, None]  # (B, W) bool, real tokens first
+        pos = offsets[idx][:, None] + cols[None, :]
+        batch = {}
+        for k, arr in flat.items():
+            vals = np.full(mask.shape, pad_values.get(k, 0), dtype=np.int64)
+            vals[mask] = arr[pos[mask]]
+            batch[k] = vals
+        batch["attention_mask"] = mask.astype(np.int64)
+        return batch

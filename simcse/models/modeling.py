@@ -1,0 +1,282 @@
+"""SimCSEModel: any HF ``AutoModel`` encoder composed with a pooler (and the ``cls`` MLP head), as an
+``nn.Module``: the forward pass (padded or padding-free), pooling, the auxiliary MLM head, activation
+checkpointing and the switches training uses.
+
+Beside it: the saved-folder format and ``save_pretrained`` / ``from_pretrained`` (:mod:`simcse.models.folder`),
+the inference loop behind ``encode`` (:mod:`simcse.models.inference`), the padding-free forward
+(:mod:`simcse.models.unpadded`), CPU dropout masks and config dropout (:mod:`simcse.models.dropout`, re-exported
+here for old imports) and the two-encoder ablation model (:mod:`simcse.models.dual_encoder`).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.modeling.keep_mask etc. keep working
+    DROPOUT_SUFFIXES,
+    CPUDropout,
+    cpu_dropout,
+    encoder_config_with_dropout,
+    keep_mask,
+    set_config_dropout,
+)
+from simcse.models.folder import FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits
+from simcse.models.inference import Encoding
+from simcse.models.pooling import MLPHead, get_pooler
+from simcse.models.unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SimCSEModel", "SIMCSE_CONFIG_NAME", "MLP_WEIGHTS_NAME", "FORMAT_VERSION", "UNPADDED_ATTENTION",
+    # re-exported from simcse.models.folder and simcse.models.dropout
+    "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
+]
+
+
+class SimCSEModel(SavedFolder, Encoding, nn.Module):
+    """Encoder + pooler mapping token ids to sentence embeddings.
+
+    Args:
+        encoder: an HF ``PreTrainedModel`` returning ``last_hidden_state`` (and ``hidden_states`` on request).
+        pooler_type: one of :data:`simcse.models.pooling.POOLERS` (``ValueError`` otherwise).
+        mlp_only_train: apply the ``cls`` MLP in training only, not when encoding (paper's unsupervised
+            default, Section 3 / reference ``--mlp_only_train``).
+        tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`);
+            its ``padding_side`` is set to ``"right"`` (a left-padding tokenizer would move [CLS] and shift
+            absolute positions with the batch's longest sentence).
+
+    ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
+    """
+
+    def __init__(self, encoder: nn.Module, pooler_type: str = "cls", mlp_only_train: bool = False, tokenizer=None,
+                 hf_pooler: nn.Module | None = None):
+        super().__init__()
+        # The encoder's own pooler, detached (see _load_encoder); kept in a list so it is not a submodule.
+        self._hf_pooler = [hf_pooler] if hf_pooler is not None else []
+        self.pooler = get_pooler(pooler_type)
+        self.encoder = encoder
+        if tokenizer is not None and getattr(tokenizer, "padding_side", "right") != "right":
+            # Right padding everywhere (encode, saved folders, sentence-transformers loading them): the cls
+            # poolers read position 0 and positions count from the first token.
+            logger.info("tokenizer padding_side %r -> 'right'", tokenizer.padding_side)
+            tokenizer.padding_side = "right"
+        self.tokenizer = tokenizer
+        self.mlp_only_train = bool(mlp_only_train)
+        self.unpadded = False  # padding-free forward, see set_unpadded
+        _check_tokenizer_fits(tokenizer, encoder)
+        hidden = encoder.config.hidden_size
+        self.mlp = MLPHead(hidden) if self.pooler.uses_mlp else None
+        if self.mlp is not None:
+            std = getattr(encoder.config, "initializer_range", 0.02)
+            nn.init.normal_(self.mlp.dense.weight, mean=0.0, std=std)
+            nn.init.zeros_(self.mlp.dense.bias)
+            self.mlp.to(dtype=next(encoder.parameters()).dtype)
+
+    def attach_mlm_head(self, path: str, trust_remote_code: bool = False) -> None:
+        """Load the masked-LM head of checkpoint ``path`` for the auxiliary MLM loss (Appendix D).
+
+        The head comes from ``AutoModelForMaskedLM``; its output embedding stays tied to this encoder's input
+        embeddings when the architecture ties them.
+
+        Raises:
+            ValueError: the checkpoint has no (or an incomplete) MLM head; the message lists missing weights.
+        """
+        from transformers import AutoModelForMaskedLM
+
+        mlm, info = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=trust_remote_code, output_loading_info=True)
+        base = mlm.base_model
+        heads = [m for _, m in mlm.named_children() if m is not base]
+        prefix = mlm.base_model_prefix + "."
+        missing = [k for k in info.get("missing_keys", []) if not k.startswith(prefix) and "pooler" not in k]
+        if len(heads) != 1 or missing:
+            raise ValueError(
+                f"--do_mlm needs a masked-LM head, but checkpoint {path!r} has none "
+                f"(missing: {sorted(missing)[:4]}); use a checkpoint trained with MLM such as bert-base-uncased or roberta-base"
+            )
+        head = heads[0]
+        # Re-tie the head's decoder to *this* encoder's word embeddings (the head was loaded with its own copy).
+        out_emb = mlm.get_output_embeddings()
+        in_emb = self.encoder.get_input_embeddings()
+        if out_emb is not None and out_emb.weight is mlm.get_input_embeddings().weight:
+            out_emb.weight = in_emb.weight
+        self.mlm_head = head.to(self.device)
+
+    def mlm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
+        """(N, L) ids -> (N, L, vocab) MLM logits from the attached head (see :meth:`attach_mlm_head`)."""
+        if getattr(self, "mlm_head", None) is None:
+            raise ValueError("no MLM head attached; call attach_mlm_head(path) (train with --do_mlm)")
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **encoder_kwargs).last_hidden_state
+        return self.mlm_head(hidden)
+
+    @property
+    def pooler_type(self) -> str:
+        return self.pooler.name
+
+    @property
+    def inference_pooler(self) -> str:
+        """What :meth:`encode` (eval mode) computes: ``cls_before_pooler`` for a ``cls`` model trained with
+        ``mlp_only_train`` (the MLP is used in training only, paper Section 3), else :attr:`pooler_type`."""
+        if self.pooler_type == "cls" and self.mlp_only_train:
+            return "cls_before_pooler"
+        return self.pooler_type
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder.config.hidden_size
+
+    @property
+    def max_input_tokens(self) -> int:
+        """The longest input (tokens) the encoder takes: its position table (less RoBERTa's padding offset)
+        and the tokenizer's ``model_max_length``, whichever is smaller."""
+        cap = getattr(self.encoder.config, "max_position_embeddings", None) or 10**9
+        emb = getattr(self.encoder, "embeddings", None)
+        if getattr(emb, "padding_idx", None) is not None:
+            cap -= int(emb.padding_idx) + 1  # RoBERTa-style positions start after padding_idx
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_max, int) and 0 < tok_max < cap:
+            cap = tok_max
+        return max(1, cap)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # ----------------------------------------------------------------------------------------- forward
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
+        """input_ids, attention_mask: (N, L) int64 -> embeddings (N, H).
+
+        Extra keyword tensors the tokenizer produced (e.g. ``token_type_ids`` (N, L)) go to the encoder.
+        With :meth:`set_unpadded` on, the encoder runs on the real tokens only (same result, less work).
+        """
+        if self.unpadded and attention_mask is not None:
+            last, hidden = self._encode_unpadded(input_ids, attention_mask, **encoder_kwargs)
+        else:
+            out = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=self.pooler.needs_hidden_states,
+                return_dict=True,
+                **encoder_kwargs,
+            )
+            last, hidden = out.last_hidden_state, out.hidden_states
+        pooled = self.pooler.fn(last, attention_mask, hidden)  # (N, H)
+        if self.mlp is not None and (self.training or not self.mlp_only_train):
+            pooled = self.mlp(pooled)
+        return pooled
+
+    # ------------------------------------------------------------------------- activation checkpointing
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False) -> None:
+        """Recompute the encoder layers' activations in the backward pass (``--gradient_checkpointing true``).
+
+        Called by HF Trainer with the keywords of transformers' ``PreTrainedModel.activation_checkpointing_enable``
+        (``every_n_layers``: checkpoint every n-th layer; ``offload``: keep the saved layer inputs in host
+        memory; ``activation_checkpointing_kwargs``: passed to ``torch.utils.checkpoint.checkpoint``) and
+        handed to the encoder. torch's checkpoint restores the random state before recomputing a layer, so the
+        dropout masks (also :mod:`simcse.models.dropout`'s, which draw from the default generator) are replayed
+        exactly: the gradients equal those without checkpointing.
+        """
+        enable = getattr(self.encoder, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers,
+                   offload=offload)
+        else:  # an encoder class of an older transformers
+            self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=activation_checkpointing_kwargs)
+
+    def activation_checkpointing_disable(self) -> None:
+        """Undo :meth:`activation_checkpointing_enable`."""
+        disable = getattr(self.encoder, "activation_checkpointing_disable", None)
+        (disable or self.encoder.gradient_checkpointing_disable)()
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        """The older name of :meth:`activation_checkpointing_enable` (same keywords)."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
+
+    def gradient_checkpointing_disable(self) -> None:
+        """The older name of :meth:`activation_checkpointing_disable`."""
+        self.activation_checkpointing_disable()
+
+    # ------------------------------------------------------------------------------ padding-free forward
+    def _encode_unpadded(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs):
+        """:func:`simcse.models.unpadded.encode_unpadded` of this model's encoder -> ((N, L, H), hidden states or None)."""
+        return encode_unpadded(self.encoder, input_ids, attention_mask, self.pooler.needs_hidden_states, **encoder_kwargs)
+
+    def set_unpadded(self, enabled: bool = True) -> bool:
+        """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
+
+        On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
+        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
+        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
+        rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
+        Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
+        through transformers' attention-function registry (or numbers positions differently) fails the check,
+        and then a warning is logged and the padded forward is kept (returns False).
+        """
+        config = self.encoder.config
+        if not enabled:
+            if self.unpadded:
+                config._attn_implementation = self._padded_attn_implementation
+            self.unpadded = False
+            return False
+        if self.unpadded:
+            return True
+        register_unpadded_attention()
+        self._padded_attn_implementation = config._attn_implementation
+        config._attn_implementation = UNPADDED_ATTENTION
+        self.unpadded = True
+        problem = self._check_unpadded()
+        if problem is not None:
+            self.set_unpadded(False)
+            logger.warning("padding-free forward is off for this %s encoder: %s", type(self.encoder).__name__, problem)
+        return self.unpadded
+
+    def set_cpu_dropout(self, enabled: bool = True) -> int:
+        """Swap every ``nn.Dropout`` module of this model to :class:`CPUDropout` (``enabled``) or back.
+
+        Training-mode dropout on CPU then draws its masks at half the random-number cost (:func:`keep_mask`);
+        the attention-probability dropout of the padding-free forward follows the same switch. Same dropout
+        law (p rounded to 1/65536), different random stream; eval mode and non-CPU devices are unaffected.
+        Returns the number of modules switched.
+        """
+        src, dst = (nn.Dropout, CPUDropout) if enabled else (CPUDropout, nn.Dropout)
+        switched = 0
+        for m in self.modules():
+            if type(m) is src:
+                m.__class__ = dst
+                switched += 1
+        return switched
+
+    def _check_unpadded(self) -> str | None:
+        """None when the unpadded forward equals the padded one on a small random batch, else why not."""
+        config = self.encoder.config
+        vocab = int(getattr(config, "vocab_size", 100) or 100)
+        pad = getattr(config, "pad_token_id", None)
+        pad = 0 if pad is None else int(pad)
+        gen = torch.Generator().manual_seed(0)
+        lengths = [7, 4, 2]
+        ids = torch.randint(min(vocab, 1000), (len(lengths), max(lengths)), generator=gen)
+        ids[ids == pad] = (pad + 1) % vocab
+        mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
+        ids = ids.masked_fill(mask == 0, pad).to(self.device)
+        mask = mask.to(self.device)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                got, _ = self._encode_unpadded(ids, mask)
+                self.unpadded = False
+                ref = self.encoder(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+        except Exception as e:  # an architecture whose forward does not take packed inputs
+            return f"{type(e).__name__}: {e}"
+        finally:
+            self.unpadded = True
+            self.train(was_training)
+        keep = mask.bool()
+        err = (got[keep].float() - ref[keep].float()).abs().max().item()
+        tol = 1e-3 * (1.0 + ref[keep].float().abs().max().item())
+        return None if err <= tol else f"its outputs differ from the padded forward by {err:.3g} (> {tol:.3g})"
+
+

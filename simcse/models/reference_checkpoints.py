@@ -1,0 +1,100 @@
+"""Models from the reference code: its trainer's checkpoint folders and its 8 published models.
+
+**Trainer folders.** The reference's ``BertForCL`` / ``RobertaForCL`` save one ``pytorch_model.bin`` (or
+``model.safetensors``) whose keys are ``bert.*`` / ``roberta.*`` (the encoder, without BERT's NSP pooler),
+``mlp.dense.{weight,bias}`` (the ``cls`` pooler's MLP) and, when trained with ``--do_mlm``, ``lm_head.*``; there
+is no ``simcse_config.json``. ``transformers.AutoModel`` strips the ``bert.``/``roberta.`` prefix by itself;
+:func:`read_reference_mlp` supplies the MLP, which :meth:`simcse.SimCSEModel.from_pretrained` then loads as the
+``cls`` pooler's head. The reference's own ``simcse_to_huggingface.py`` did the same by renaming ``mlp`` to
+``bert.pooler``. The pooler the folder was trained for is not recorded in it, so the user must name it
+(``cls`` for supervised runs, ``cls_before_pooler`` for unsupervised ``--mlp_only_train`` runs).
+
+**Published models.** The 8 models of the reference README's table were converted to plain HF folders (MLP in
+BERT's pooler) and their model cards name the pooler: :data:`PUBLISHED_POOLERS`, used only for exactly those ids.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+# the reference README's model table: unsupervised models are evaluated with cls_before_pooler, supervised with cls
+PUBLISHED_POOLERS = {
+    f"princeton-nlp/{kind}-simcse-{model}": ("cls_before_pooler" if kind == "unsup" else "cls")
+    for kind in ("unsup", "sup")
+    for model in ("bert-base-uncased", "bert-large-uncased", "roberta-base", "roberta-large")
+}
+MLP_KEYS = ("mlp.dense.weight", "mlp.dense.bias")
+ENCODER_PREFIXES = ("bert.", "roberta.")
+
+
+def published_pooler(name: str) -> str | None:
+    """The documented pooler of one of the reference's 8 published model ids (exact match), else None."""
+    return PUBLISHED_POOLERS.get(str(name))
+
+
+def _weight_file_for(folder: Path, key: str) -> Path | None:
+    """The file of ``folder`` holding ``key``: the single weight file, or the shard an index names."""
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = folder / index_name
+        if index.is_file():
+            shard = json.loads(index.read_text()).get("weight_map", {}).get(key)
+            return folder / shard if shard else None
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _read_tensors(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], bool]:
+    """(the tensors of ``keys`` found in ``path``, whether any key has a reference encoder prefix).
+
+    Pickled ``.bin`` files are read with ``torch.load(weights_only=True)``: only tensors, never code; a file
+    holding anything else gives ``({}, False)`` here and is refused by the encoder loader.
+    """
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys())
+            found = {k: f.get_tensor(k) for k in keys if k in names}
+    else:
+        import pickle
+
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except pickle.UnpicklingError:  # not only tensors: the encoder loader refuses the file with its message
+            return {}, False
+        names = list(state)
+        found = {k: state[k] for k in keys if k in state}
+    return found, any(n.startswith(ENCODER_PREFIXES) for n in names)
+
+
+def read_reference_mlp(path: str | Path) -> dict[str, torch.Tensor] | None:
+    """The ``cls`` MLP of a reference trainer folder as ``{"dense.weight": (H, H), "dense.bias": (H,)}``
+    (the keys of :class:`simcse.models.pooling.MLPHead`), or None when ``path`` is not such a folder (a hub name, a
+    simcse folder, a plain HF encoder).
+
+    Raises:
+        ValueError: the folder has only one of ``mlp.dense.weight`` / ``mlp.dense.bias``.
+    """
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "simcse_config.json").is_file():
+        return None
+    weights = _weight_file_for(folder, MLP_KEYS[0])
+    if weights is None or not weights.is_file():
+        return None
+    found, prefixed = _read_tensors(weights, MLP_KEYS)
+    if not found or not prefixed:
+        return None
+    if len(found) != len(MLP_KEYS):
+        raise ValueError(f"{weights} has {sorted(found)} but not both of {list(MLP_KEYS)}: an incomplete MLP")
+    return {k[len("mlp."):]: v for k, v in found.items()}
+
+
+def missing_pooler_message(path: str) -> str:
+    """The error for a reference trainer folder loaded without a pooler (it is never guessed)."""
+    return (f"{path!r} is a reference SimCSE trainer checkpoint (mlp.dense.* keys, no simcse_config.json), which "
+            "does not record its pooler: pass it (--pooler / pooler_type): 'cls' for a supervised model, "
+            "'cls_before_pooler' for an unsupervised one trained with --mlp_only_train")

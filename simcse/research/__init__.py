@@ -1,0 +1,1 @@
+"""The paper's analyses as tools: ablations, the raw-encoder reproduction, whitening, plots, FLOPs."""

@@ -1,0 +1,1 @@
+"""The ``SimCSE`` tool (the reference's facade), indexes, encoded shards and the sentence store."""

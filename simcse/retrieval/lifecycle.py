@@ -1,0 +1,364 @@
+"""The index lifecycle of the :class:`simcse.SimCSE` tool: build, add, search, save and load an index of
+sentences (the reference tool's ``build_index`` / ``add_to_index`` / ``search``, plus ``save_index`` /
+``load_index``), and the rule that ties a saved index to the model and pooler that made its vectors.
+
+:class:`IndexLifecycle` is a mixin: it relies on the tool's ``encode``, ``hidden_size``, ``pooler``,
+``model_name_or_path``, ``num_cells`` / ``num_cells_in_search``, ``_use_device`` and ``_check_positive``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simcse.files.inputs import check_sentences, iter_sentences
+from simcse.files.storage import writing
+from simcse.retrieval.index import INDEX_CONFIG_NAME, load_index, make_index
+from simcse.retrieval.scoring import clip_cosine
+from simcse.retrieval.shards import ShardSet, index_from_shards, is_shard_folder
+from simcse.retrieval.store import SentenceStore, is_store
+
+TOOL_META_NAME = "simcse_index.json"
+SENTENCES_NAME = "sentences.jsonl"
+
+
+def _chunks(it, size: int) -> Iterator[list]:
+    buf = []
+    for x in it:
+        buf.append(x)
+        if len(buf) == size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def _replace_folder(folder: Path, write) -> None:
+    """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
+    folder = Path(folder)
+    if folder.exists() and not (folder.is_dir() and (not any(folder.iterdir()) or (folder / INDEX_CONFIG_NAME).is_file())):
+        raise ValueError(f"{folder} exists and is not a saved index (nor an empty folder); not replacing it")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if folder.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+        os.rmdir(old)
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def same_model_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two model references name the same model: the same folder when both exist locally, else the
+    same string (hub names)."""
+    if Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return str(a).rstrip("/") == str(b).rstrip("/")
+
+
+def _check_folder_target(folder: Path) -> None:
+    """FileExistsError (one clear line) when ``folder`` or a folder above it is an existing non-folder."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is" if p == folder else f"lies under {str(p)!r}, which is"
+                raise FileExistsError(f"cannot save the index into {str(folder)!r}: it {where} an existing file, "
+                                      "not a folder; give a new folder or an index folder to overwrite")
+            return
+
+
+def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+    """The model and pooler an index was built with (from its ``simcse_index.json``), checked against the
+    explicit ``--model`` / ``--pooler``: a query encoded otherwise than the indexed vectors scores wrongly.
+
+    Raises:
+        ValueError: no model anywhere; an explicit pooler or model that differs from the recorded one.
+    """
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    rec_model, rec_pooler = meta.get("model_name_or_path") or None, meta.get("pooler")
+    if pooler is not None and rec_pooler is not None and pooler != rec_pooler:
+        raise ValueError(f"--pooler {pooler} differs from the pooler the index was built with ({rec_pooler}, "
+                         f"{meta_file}); drop --pooler to use it")
+    if model is None:
+        if rec_model is None:
+            raise ValueError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
+                                                               else "is missing") + ": pass --model")
+        model = rec_model
+    elif rec_model is not None and Path(rec_model).exists() and not same_model_path(model, rec_model):
+        raise ValueError(f"--model {model} differs from the model the index was built with ({rec_model}, "
+                         f"{meta_file}); drop --model to use it")
+    return model, pooler if pooler is not None else rec_pooler
+
+
+def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+    """(model, pooler) to query the index folder ``index`` with: the recorded ones unless given (see
+    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded.
+
+    Raises:
+        ValueError: no model given or recorded; a given model/pooler that differs from the recorded one;
+            ``index`` is not a saved index.
+    """
+    model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
+    if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
+        raise ValueError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
+    return model, pooler
+
+
+class IndexLifecycle:
+    """build_index / add_to_index / search / save_index / load_index of :class:`simcse.SimCSE` (see the module)."""
+
+    index = None
+
+    # ------------------------------------------------------------------------------------------- index
+    def build_index(self, sentences_or_file_path, use_faiss: bool | None = None, faiss_fast: bool = False,
+                    device: str | torch.device | None = None, batch_size: int = 64, *, column: str | None = None,
+                    chunk_size: int = 10_000, show_progress: bool | None = None, **index_kwargs) -> None:
+        """Index sentences for :meth:`search`, replacing any current index (the reference's ``build_index``,
+        same parameter order).
+
+        Args:
+            sentences_or_file_path: a sequence of str, a path (str / ``os.PathLike``) to a UTF-8 sentence
+                file: plain text, one sentence per line (split only at ``\\n``); ``.csv``/``.tsv`` with a
+                header (``column`` names the sentence column); ``.jsonl`` (one JSON string or object a line);
+                or a folder of shards written by ``simcse encode --output DIR`` (:mod:`simcse.retrieval.shards`; nothing
+                is encoded again). Blank lines and cells are skipped.
+            use_faiss: True: faiss (ImportError when missing); False: numpy; None: faiss when installed.
+            faiss_fast: an approximate IVF index with the inner-product metric (see
+                :class:`simcse.retrieval.index.FaissIVFIndex`) with ``num_cells`` clusters and ``num_cells_in_search``
+                probes (as the reference); exact search otherwise. Same as ``kind="ivf"``.
+            device: encode on this device (as :meth:`encode`); the index itself is on the CPU.
+            batch_size: encoding batch size.
+            column: (keyword-only) the sentence column/field of a CSV, TSV or JSONL file.
+            chunk_size: (keyword-only) sentences encoded and added per step: memory for embeddings is one
+                chunk at a time.
+            show_progress: (keyword-only) a tqdm bar (sentences); None shows it on a terminal.
+            index_kwargs: (keyword-only) ``kind`` (``"exact"``, ``"ivf"``, ``"ivfpq"``, ``"hnsw"``) and that
+                kind's parameters (``nlist``, ``nprobe``, ``train_size``, ``m``, ``refine_factor``, ...; see
+                :func:`simcse.retrieval.index.make_index`); for ``faiss_fast``, ``nlist`` / ``nprobe`` default to
+                ``num_cells`` / ``num_cells_in_search``.
+
+        The sentences are kept on disk (:class:`simcse.retrieval.store.SentenceStore`, in ``$TMPDIR`` until
+        :meth:`save_index`), not in memory.
+
+        Raises:
+            FileNotFoundError: a path that is not a file or a finished shard folder.
+            TypeError/ValueError: a bad sentence (its position is named); a bad file record (file:line named);
+                shards of another hidden size.
+        """
+        if isinstance(sentences_or_file_path, (str, os.PathLike)) and is_shard_folder(sentences_or_file_path):
+            self._build_index_from_shards(Path(sentences_or_file_path), use_faiss, faiss_fast, index_kwargs)
+            return
+        if faiss_fast:
+            index_kwargs.setdefault("nlist", self.num_cells)
+            index_kwargs.setdefault("nprobe", min(self.num_cells_in_search, index_kwargs["nlist"] or self.num_cells))
+        index = make_index(self.hidden_size, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
+        old = self.index, self.sentences
+        self.index, self.sentences, self._index_folder = index, [], None
+        try:
+            self.add_to_index(sentences_or_file_path, device, batch_size, column=column, chunk_size=chunk_size,
+                              show_progress=show_progress)
+        except BaseException:
+            self.index, self.sentences = old
+            raise
+        self.index.finalize()
+
+    def _build_index_from_shards(self, folder: Path, use_faiss, faiss_fast, index_kwargs) -> None:
+        shards = ShardSet(folder)
+        if shards.hidden_size != self.hidden_size:
+            raise ValueError(f"{folder} holds {shards.hidden_size}-d vectors; this model makes {self.hidden_size}-d ones")
+        if shards.manifest.get("pooler") not in (None, self.pooler):
+            raise ValueError(f"{folder} was encoded with pooler {shards.manifest['pooler']!r} but this model uses "
+                             f"{self.pooler!r}: load the model with pooler={shards.manifest['pooler']!r}")
+        index = index_from_shards(shards, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
+        store = SentenceStore.temporary()
+        for chunk in _chunks(shards.iter_sentences(), 100_000):
+            store.extend(chunk)
+        self.index, self.sentences, self._index_folder = index, store, None
+
+    def _writable_sentences(self):
+        """The sentence store to append to: a new temporary one (with the current sentences copied in)
+        unless the current one is already such a store."""
+        if not (isinstance(self.sentences, SentenceStore) and self.sentences.writable):
+            store = SentenceStore.temporary()
+            for chunk in _chunks(iter(self.sentences), 100_000):
+                store.extend(chunk)
+            self.sentences = store
+        return self.sentences
+
+    def add_to_index(self, sentences_or_file_path, device: str | torch.device | None = None, batch_size: int = 64, *,
+                     column: str | None = None, chunk_size: int = 10_000, show_progress: bool | None = None) -> int:
+        """Encode and append sentences to the index (the reference's ``add_to_index``, same parameter order);
+        an exact index is made first if there is none.
+
+        Takes the same inputs as :meth:`build_index`. Returns the number of sentences added.
+        A list is checked whole before anything is added, so a bad item leaves the index unchanged; a
+        file is read, encoded and added ``chunk_size`` lines at a time.
+        """
+        sentences_or_file = sentences_or_file_path
+        self._use_device(device)
+        chunk_size = self._check_positive(chunk_size, "chunk_size")
+        path = Path(sentences_or_file) if isinstance(sentences_or_file, (str, os.PathLike)) else None
+        if path is not None:
+            if not path.is_file():
+                raise FileNotFoundError(f"{str(path)!r} is not a file (pass a list to index sentences themselves)")
+            source: Iterator[str] = iter_sentences(path, column)
+            total = None
+        else:
+            if column is not None:
+                raise ValueError(f"column={column!r} applies to a CSV/TSV/JSONL file, not to a list of sentences")
+            items, _ = check_sentences(sentences_or_file)
+            source, total = iter(items), len(items)
+        if self.index is None:
+            self.index = make_index(self.hidden_size)
+        if show_progress is None:
+            show_progress = sys.stderr.isatty()
+        bar = None
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, desc="indexing", unit="sentence")
+        added = 0
+        try:
+            for chunk in _chunks(source, chunk_size):
+                emb = self.encode(chunk, batch_size=batch_size, return_numpy=True, normalize_to_unit=True,
+                                  show_progress=False)
+                self.index.add(emb)
+                self._writable_sentences().extend(chunk)
+                added += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+        return added
+
+    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = 0.6,
+               top_k: int = 5, **encode_kwargs) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
+        """The indexed sentences most similar to each query (the reference's ``search``, same parameter order).
+
+        Args:
+            queries: a str or a sequence of str.
+            device: encode the queries on this device (as :meth:`encode`).
+            threshold: keep results with cosine >= threshold (use -1 to keep all ``top_k``); an exact
+                duplicate of an indexed sentence scores 1.0, so ``threshold=1.0`` finds it.
+            top_k: at most this many results per query.
+            encode_kwargs: (keyword-only) passed to :meth:`encode` for the queries.
+
+        Returns:
+            for a str: ``[(sentence, score), ...]`` sorted by decreasing score (score: float cosine in
+            [-1, 1], :func:`clip_cosine`); for a sequence: one such list per query, in order.
+
+        Raises:
+            RuntimeError: no index was built or loaded, or it is empty.
+            TypeError/ValueError: a bad query (position named), ``top_k`` < 1, a non-finite threshold.
+        """
+        self._use_device(device)
+        if self.index is None or self.index.ntotal == 0:
+            raise RuntimeError("the index is empty: call build_index(...) or load_index(...) before search(...)")
+        top_k = self._check_positive(top_k, "top_k")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) or not np.isfinite(threshold):
+            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+        items, single = check_sentences(queries, "queries")
+        if not items:
+            return []
+        q = self.encode(items, return_numpy=True, normalize_to_unit=True, **encode_kwargs)
+        scores, ids = self.index.search(q, top_k)
+        scores = clip_cosine(scores)
+        results = []
+        for srow, irow in zip(scores, ids):
+            results.append([(self.sentences[i], float(s)) for s, i in zip(srow, irow) if i >= 0 and s >= threshold])
+        return results[0] if single else results
+
+    def save_index(self, folder: str | os.PathLike) -> None:
+        """Write the index, the sentences (an on-disk :class:`simcse.retrieval.store.SentenceStore`:
+        ``sentences.txt`` + ``sentences.offsets``) and a small ``simcse_index.json`` (model path, pooler,
+        hidden size) into ``folder``.
+
+        Atomic: everything is written into a temporary sibling folder that then takes ``folder``'s place,
+        so an interrupted save leaves the previous index (or nothing) under ``folder``, never a mix.
+
+        The files are written into a temporary sibling folder first and moved in by renames, so a failed save
+        leaves ``folder`` as it was.
+
+        Raises:
+            RuntimeError: there is no index.
+            FileExistsError: ``folder`` (or a folder above it) is an existing file; nothing is written.
+            simcse.files.storage.WriteError: disk full, file size limit, read-only or failing storage (one line
+                naming the folder and the space needed vs free).
+        """
+        if self.index is None:
+            raise RuntimeError("no index to save: call build_index(...) first")
+        folder = Path(folder)
+        _check_folder_target(folder)
+        model_ref = self.model_name_or_path
+        if model_ref and Path(model_ref).exists():
+            model_ref = str(Path(model_ref).resolve())
+        meta = {"model_name_or_path": model_ref, "pooler": self.pooler, "hidden_size": self.hidden_size,
+                "num_sentences": len(self.sentences)}
+
+        def write(tmp: Path) -> None:
+            self.index.save(tmp)
+            if isinstance(self.sentences, SentenceStore):
+                self.sentences.copy_to(tmp)
+            else:
+                SentenceStore.create(tmp).extend(self.sentences)
+            (tmp / TOOL_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+
+        same = self._index_folder is not None and folder.resolve() == self._index_folder
+        needed = 4 * self.index.ntotal * self.index.dim  # the vectors (the sentences come on top)
+        with writing("the index", folder.parent, needed):  # disk full etc.: one line; the old folder is kept
+            _replace_folder(folder, write)
+        if same:  # the loaded files were replaced: read the index and sentences from the new ones
+            self.load_index(folder)
+
+    def load_index(self, folder: str | os.PathLike) -> None:
+        """Load an index written by :meth:`save_index`.
+
+        Raises:
+            FileNotFoundError: not a saved index folder.
+            ValueError: its vectors do not match this model's hidden size, the sentence count differs, or the
+                index records another pooler than this model's (its vectors were made with that pooler, so
+                queries encoded with this one would score wrongly; load the model with the index's pooler), or
+                another local model folder than this tool's (both folders existing).
+        """
+        folder = Path(folder)
+        index = load_index(folder)
+        if index.dim != self.hidden_size:
+            raise ValueError(f"index {folder} holds {index.dim}-d vectors; this model makes {self.hidden_size}-d ones")
+        sents_file = folder / SENTENCES_NAME
+        if is_store(folder):
+            sentences = SentenceStore(folder)
+        elif sents_file.is_file():  # folders saved before the on-disk store
+            with open(sents_file, encoding="utf-8", newline="\n") as f:
+                sentences = [json.loads(line) for line in f if line.strip()]
+        else:
+            raise FileNotFoundError(f"{folder} holds no sentences (sentences.txt + sentences.offsets, or {SENTENCES_NAME})")
+        if len(sentences) != index.ntotal:
+            raise ValueError(f"{folder}: {len(sentences)} sentences but {index.ntotal} vectors")
+        meta_file = folder / TOOL_META_NAME
+        if meta_file.is_file():
+            meta = json.loads(meta_file.read_text())
+            if meta.get("pooler") not in (None, self.pooler):
+                raise ValueError(f"index {folder} was built with pooler {meta['pooler']!r} but this model uses "
+                                 f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
+            rec = meta.get("model_name_or_path") or ""
+            if rec and self.model_name_or_path and Path(rec).exists() and Path(self.model_name_or_path).exists() \
+                    and not same_model_path(self.model_name_or_path, rec):
+                raise ValueError(f"index {folder} was built with the model {rec}; this tool runs "
+                                 f"{self.model_name_or_path}: load that model to search it")
+        self.index, self.sentences = index, sentences
+        self._index_folder = folder.resolve()

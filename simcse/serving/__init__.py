@@ -1,0 +1,1 @@
+"""``simcse serve``: the search service, its web app and the entry point."""

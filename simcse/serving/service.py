@@ -1,0 +1,173 @@
+"""The search service behind ``simcse serve``, without a web framework: the request limits and their checks,
+:class:`RequestError`, and :class:`SearchService` (thread-safe, read-only search over a :class:`simcse.SimCSE`
+tool with an index). The FastAPI application (:mod:`simcse.serving.webapp`) calls it; the entry point that loads
+the model and the index is :mod:`simcse.serving.serve`.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from simcse.version import __version__
+
+DEFAULT_TOP_K = 10
+DEFAULT_THRESHOLD = 0.0
+MAX_TOP_K = 100
+MAX_TEXT_CHARS = 2_000  # one query or sentence (the model reads at most max_length tokens of it anyway)
+MAX_BATCH = 32  # queries in one batch search
+MAX_ENCODE = 64  # sentences in one encode request
+MAX_BODY_BYTES = 1 << 20  # a request body above 1 MiB is refused before it is parsed
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+EXAMPLES = (
+    "A man is playing a guitar.",
+    "The stock market fell sharply today.",
+    "Who won the football world cup?",
+    "The city was founded by the Romans.",
+    "A new species of frog was discovered.",
+    "The album reached number one on the charts.",
+)
+
+
+class RequestError(ValueError):
+    """A bad request: ``status`` is the HTTP status (4xx) and the message says what was expected."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+# ------------------------------------------------------------------------------------------- checks
+def check_text(value, name: str) -> str:
+    """``value`` if it is a str with a non-blank character and at most :data:`MAX_TEXT_CHARS` characters.
+
+    Raises:
+        RequestError (422): not a str, blank, or too long (the message names ``name``).
+    """
+    if not isinstance(value, str):
+        raise RequestError(f"{name} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise RequestError(f"{name} is empty; expected a sentence")
+    if len(value) > MAX_TEXT_CHARS:
+        raise RequestError(f"{name} has {len(value)} characters; at most {MAX_TEXT_CHARS} are allowed")
+    return value
+
+
+def check_texts(values, name: str, limit: int) -> list[str]:
+    """A non-empty list of at most ``limit`` texts, each checked by :func:`check_text` as ``name[i]``."""
+    if not isinstance(values, (list, tuple)):
+        raise RequestError(f"{name} must be a list of strings, got {type(values).__name__}")
+    if not values:
+        raise RequestError(f"{name} is empty; expected 1 to {limit} sentences")
+    if len(values) > limit:
+        raise RequestError(f"{name} has {len(values)} items; at most {limit} are allowed")
+    return [check_text(v, f"{name}[{i}]") for i, v in enumerate(values)]
+
+
+def check_top_k(value) -> int:
+    """``top_k`` as an int in [1, :data:`MAX_TOP_K`]; RequestError (422) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"top_k must be an integer, got {type(value).__name__}")
+    if not 1 <= value <= MAX_TOP_K:
+        raise RequestError(f"top_k must be between 1 and {MAX_TOP_K}, got {value}")
+    return value
+
+
+def check_threshold(value) -> float:
+    """``threshold`` (a cosine) as a float in [-1, 1]; RequestError (422) otherwise (NaN included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(f"threshold must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and -1.0 <= value <= 1.0):
+        raise RequestError(f"threshold must be a cosine between -1 and 1, got {value}")
+    return float(value)
+
+
+# ------------------------------------------------------------------------------------------ service
+class SearchService:
+    """Read-only, thread-safe search over a :class:`simcse.SimCSE` tool that holds an index.
+
+    Encoding runs under one lock: a fast tokenizer's truncation settings and the model's train/eval flag
+    are shared state, so two threads must not encode at once. The index is finalised and searched once
+    at construction and never changed afterwards, so searching it needs no lock (numpy and faiss flat
+    searches only read). Results are therefore the same whether requests come one by one or together.
+
+    Args:
+        tool: a :class:`simcse.SimCSE` with a non-empty index (``build_index`` / ``load_index`` done).
+        model_name: the model's name shown on the page (default ``tool.model_name_or_path``).
+        source: where the index came from (a folder or a text file), shown in :meth:`info`.
+        examples: example queries for the page.
+        dtype: compute dtype of query encoding (``torch.bfloat16`` or None for float32).
+
+    Raises:
+        ValueError: the tool has no index or an empty one.
+    """
+
+    def __init__(self, tool, model_name: str | None = None, source: str = "", examples=EXAMPLES, dtype=None):
+        if tool.index is None or tool.index.ntotal == 0:
+            raise ValueError("the tool has no index (or an empty one); build or load one before serving")
+        self.tool = tool
+        self.model_name = model_name or tool.model_name_or_path
+        self.source = str(source)
+        self.examples = [check_text(e, "example") for e in examples]
+        self.dtype = dtype
+        self._lock = threading.Lock()
+        tool.index.finalize()
+        tool.index.search(_unit_probe(tool.hidden_size), 1)  # joins numpy chunks now, not during a request
+
+    def info(self) -> dict:
+        """Model, pooler, index size and backend, limits and defaults (JSON-ready)."""
+
+        return {"model": self.model_name, "model_path": self.tool.model_name_or_path, "pooler": self.tool.pooler,
+                "size": len(self.tool.sentences), "backend": self.tool.index.kind, "dim": self.tool.hidden_size,
+                "source": self.source, "device": str(self.tool.device), "version": __version__,
+                "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
+                "limits": {"max_top_k": MAX_TOP_K, "max_text_chars": MAX_TEXT_CHARS, "max_batch": MAX_BATCH,
+                           "max_encode": MAX_ENCODE, "max_body_bytes": MAX_BODY_BYTES}}
+
+    def _encode(self, sentences: list[str], normalize: bool = True):
+        """float32 (N, H) embeddings of ``sentences`` (unit rows when ``normalize``), one thread at a time."""
+        with self._lock:
+            return self.tool.encode(sentences, return_numpy=True, normalize_to_unit=normalize,
+                                    show_progress=False, dtype=self.dtype)
+
+    def search(self, queries: list[str], top_k: int = DEFAULT_TOP_K,
+               threshold: float = DEFAULT_THRESHOLD) -> list[list[dict]]:
+        """For each query, its ``top_k`` nearest indexed sentences with cosine >= ``threshold``.
+
+        Returns:
+            one list per query of ``{"rank": 1.., "sentence": str, "score": float cosine}``, best first.
+        """
+        q = self._encode(queries)  # (Q, H) unit rows
+        scores, ids = self.tool.index.search(q, top_k)  # (Q, k) float32, int64
+        out = []
+        for srow, irow in zip(scores, ids):
+            hits = [(int(i), float(s)) for s, i in zip(srow, irow) if i >= 0 and s >= threshold]
+            out.append([{"rank": r, "sentence": self.tool.sentences[i], "score": s}
+                        for r, (i, s) in enumerate(hits, 1)])
+        return out
+
+    def similarity(self, sentence1: str, sentence2: str) -> float:
+        """Cosine similarity of two sentences (float in [-1, 1])."""
+        a, b = self._encode([sentence1, sentence2])  # (H,), (H,) unit
+        return float(max(-1.0, min(1.0, float(a @ b))))
+
+    def encode(self, sentences: list[str], normalize: bool = True):
+        """float32 (N, H) embeddings, unit length unless ``normalize`` is False."""
+        return self._encode(sentences, normalize)
+
+
+def _unit_probe(dim: int):
+    import numpy as np
+
+    v = np.zeros((1, dim), np.float32)
+    v[0, 0] = 1.0
+    return v
+
+
+def timed(fn, *args, **kwargs) -> tuple[object, float]:
+    """``(fn(*args, **kwargs), elapsed milliseconds)``."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, (time.perf_counter() - t0) * 1000.0
+
+

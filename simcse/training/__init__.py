@@ -1,0 +1,1 @@
+"""Training: arguments, configs, data, collators, samplers, the InfoNCE loss and the Trainer."""

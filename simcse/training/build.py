@@ -1,0 +1,263 @@
+"""Everything ``simcse train`` sets up before training starts: the model (with ``--dropout``, the reference's
+``--config_name`` / ``--tokenizer_name`` / hub options), the training data, the collator (and augmentation), the
+checks that fail early (output room, repeated texts, a one-row last batch) and the :class:`SimCSETrainer`.
+:func:`build` is the entry; :mod:`simcse.training.train` parses arguments and runs it.
+"""
+from __future__ import annotations
+
+import logging
+
+from simcse.training.config import resolve_model_name
+
+logger = logging.getLogger(__name__)
+
+class SetupError(Exception):
+    """A problem with the arguments or inputs found before training starts."""
+
+
+def _hub_kwargs(model_args) -> dict:
+    """The reference's hub options (--cache_dir, --model_revision, --use_auth_token) as from_pretrained kwargs."""
+    hub = {}
+    if model_args.cache_dir:
+        hub["cache_dir"] = model_args.cache_dir
+    if model_args.model_revision not in (None, "main"):
+        hub["revision"] = model_args.model_revision
+    if model_args.use_auth_token:
+        hub["token"] = True
+    return hub
+
+def _replace_tokenizer(model, model_args, hub: dict) -> None:
+    """--tokenizer_name / --use_fast_tokenizer false: load that tokenizer and, as the reference did, resize the
+    encoder's token embeddings to its length."""
+    if not model_args.tokenizer_name and model_args.use_fast_tokenizer:
+        return
+    from transformers import AutoTokenizer
+
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    model.tokenizer = AutoTokenizer.from_pretrained(name, use_fast=model_args.use_fast_tokenizer,
+                                                    trust_remote_code=model_args.trust_remote_code, **hub)
+    if len(model.tokenizer) != model.encoder.get_input_embeddings().num_embeddings:
+        model.encoder.resize_token_embeddings(len(model.tokenizer))
+        logger.info("token embeddings resized to the tokenizer's %d tokens", len(model.tokenizer))
+
+def _load_model(model_args, dropout: float | None):
+    """The :class:`~simcse.models.modeling.SimCSEModel` to train (``--dropout`` applied to its config before loading;
+    the reference's --config_name, --tokenizer_name and hub options honoured)."""
+    from simcse.models.dropout import encoder_config_with_dropout
+    from simcse.models.modeling import SimCSEModel
+
+    model_args.model_name_or_path = resolve_model_name(model_args.model_name_or_path)
+    hub = _hub_kwargs(model_args)
+    hf_kwargs = dict(hub)
+    if model_args.attn_implementation is not None:
+        hf_kwargs["attn_implementation"] = model_args.attn_implementation
+    config_source = model_args.config_name or model_args.model_name_or_path
+    if dropout is not None:
+        hf_kwargs["config"], names = encoder_config_with_dropout(
+            config_source, dropout, trust_remote_code=model_args.trust_remote_code)
+        logger.info("dropout p=%g set on config attributes %s", dropout, names)
+    elif model_args.config_name:
+        from transformers import AutoConfig
+
+        hf_kwargs["config"] = AutoConfig.from_pretrained(config_source, trust_remote_code=model_args.trust_remote_code, **hub)
+    model = SimCSEModel.from_pretrained(
+        model_args.model_name_or_path,
+        pooler_type=model_args.pooler_type,
+        mlp_only_train=model_args.mlp_only_train,
+        new_mlp_init="random",
+        trust_remote_code=model_args.trust_remote_code,
+        **hf_kwargs,
+    )
+    _replace_tokenizer(model, model_args, hub)
+    return model
+
+def _load_dataset(data_args, seed: int):
+    """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--objective``)."""
+    from simcse.training.data import load_next_sentence_dataset, load_sentence_dataset
+
+    if data_args.objective != "simcse":
+        return load_next_sentence_dataset(data_args.train_file, data_args.objective, seed=seed,
+                                          max_train_samples=data_args.max_train_samples)
+    return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative)
+
+def _make_collator(model_args, data_args, training_args, tok):
+    """The (B, V, L) collator, wrapped in the augmenting collator when ``--augmentation`` is not ``none``."""
+    from simcse.training.data import ContrastiveCollator
+
+    collator = ContrastiveCollator(
+        pad_token_id=tok.pad_token_id or 0,
+        max_seq_length=data_args.max_seq_length,
+        pad_to_max_length=data_args.pad_to_max_length,
+        mask_token_id=tok.mask_token_id,  # MLM masks are drawn by the trainer (SimCSETrainer._add_mlm_masks)
+        vocab_size=len(tok),
+        special_ids=tuple(tok.all_special_ids),
+        seed=training_args.seed,
+    )
+    augmentation = model_args.augmentation
+    if augmentation == "none":
+        return collator
+    from simcse.training.augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
+
+    if augmentation == "mlm":
+        try:
+            mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+        except (ValueError, OSError) as e:
+            raise SetupError(str(e)) from e
+        replacer = MLMReplacer(mlm, tok.mask_token_id, tok.all_special_ids, model_args.augmentation_ratio)
+        collator = AugmentingCollator(tok, collator, data_args.max_seq_length, token_augment=replacer, seed=training_args.seed)
+    else:
+        collator = AugmentingCollator(tok, collator, data_args.max_seq_length,
+                                      word_augment=word_augmenter(augmentation, model_args.augmentation_ratio),
+                                      seed=training_args.seed)
+    logger.info("augmentation %s (ratio %g) on the positive view, dropout %s", augmentation,
+                model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
+    return collator
+
+def build(model_args, data_args, training_args):
+    """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet).
+
+    The ablation flags (docs/ablations.md) are wired here: ``--dropout`` (and ``--augmentation_with_dropout
+    false``, which means dropout 0) rewrites the encoder config before loading; ``--objective`` builds
+    consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
+    text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
+    """
+    from simcse.training.callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
+    from simcse.training.data import tokenize_dataset
+    from simcse.models.dual_encoder import DualEncoderModel
+    from simcse.training.trainer import SimCSETrainer
+
+    augmentation = model_args.augmentation
+    dropout = model_args.dropout
+    if augmentation != "none" and not model_args.augmentation_with_dropout:
+        dropout = 0.0
+    needs_sts = data_args.eval_before_training or data_args.test_after_training or training_args.eval_strategy != "no"
+    try:
+        if needs_sts:  # fail now, not after hours of training, when the STS data is missing
+            from simcse.evaluation import resolve_senteval_dir
+
+            data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
+        model = _load_model(model_args, dropout)
+        ds, columns = _load_dataset(data_args, training_args.seed)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        raise SetupError(str(e)) from e
+    limit = model.max_input_tokens
+    if data_args.max_seq_length > limit:
+        raise SetupError(f"--max_seq_length {data_args.max_seq_length} is more than the {limit} tokens the model "
+                         f"{model_args.model_name_or_path!r} takes (its position table / tokenizer limit); "
+                         f"use --max_seq_length {limit} or less")
+    if model_args.padding_free and model.set_unpadded(True):
+        logger.info("padding-free encoder forward: on")
+    if model_args.cpu_dropout:
+        logger.info("CPU dropout masks (simcse.models.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
+    if data_args.no_hard_negatives and "hard_neg" in columns:
+        ds, columns = ds.remove_columns("hard_neg"), [c for c in columns if c != "hard_neg"]
+        logger.info("--no_hard_negatives: training on (sent0, sent1) pairs only")
+    if (model_args.fixed_dropout or augmentation != "none") and columns != ["sent0"]:
+        flag = "--fixed_dropout" if model_args.fixed_dropout else "--augmentation"
+        raise SetupError(f"{flag} makes both views from one sentence: it needs a one-sentence-per-line .txt "
+                         f"train_file and --objective simcse (got views {columns})")
+    if model_args.do_mlm:
+        try:
+            model.attach_mlm_head(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+        except (ValueError, OSError) as e:
+            raise SetupError(str(e)) from e
+    if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
+        raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
+    train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
+    if augmentation == "none":
+        with training_args.main_process_first(desc="tokenizing"):
+            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+    else:
+        training_args.remove_unused_columns = False  # the collator needs the text column
+    logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
+    if len(ds) < 2 and len(columns) < 3:
+        raise SetupError(f"train_file {data_args.train_file!r} gives 1 usable example; InfoNCE needs at least 2 "
+                         "(or a hard-negative column)")
+    _drop_one_row_last_batch(len(ds), len(columns), training_args)
+    collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
+    if augmentation != "none":
+        from simcse.training.data import KeyedDataset
+
+        ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.training.data
+        training_args.remove_unused_columns = False  # the collator reads the draw keys
+    if model_args.two_encoders:
+        model = DualEncoderModel(model)
+    signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
+    _check_output_room(model, training_args, checkpoints=training_args.save_strategy != "no" or bool(signals))
+    trainer = SimCSETrainer(
+        model=model,
+        args=training_args,
+        train_dataset=ds,
+        data_collator=collator,
+        processing_class=model.tokenizer,
+        temp=model_args.temp,
+        hard_negative_alpha=model_args.hard_negative_alpha,
+        eval_transfer=data_args.eval_transfer,
+        mlm_weight=model_args.mlm_weight,
+        senteval_dir=data_args.senteval_dir,
+        eval_max_length=data_args.eval_max_length,
+        gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
+        fixed_dropout=model_args.fixed_dropout,
+        no_duplicates_rows=train_rows,
+        mlm_masker=_mlm_masker(model.tokenizer, model_args.mlm_probability) if model_args.do_mlm else None,
+    )
+    if signals:
+        trainer.add_callback(SaveOnSignalCallback(signals))
+    return trainer
+
+def _check_output_room(model, training_args, checkpoints: bool) -> None:
+    """Refuse, before training, an ``output_dir`` that clearly cannot hold one checkpoint (or the final model).
+
+    A checkpoint holds the weights (W bytes) and AdamW's two moment buffers (``optimizer.pt``, about 2W).
+    """
+    from simcse.files.storage import WriteError, check_room
+
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    what = "one checkpoint (weights + optimizer state)" if checkpoints else "the trained model"
+    try:
+        check_room(training_args.output_dir, 3 * weights if checkpoints else weights, what,
+                   largest_file=2 * weights if checkpoints else weights)
+    except WriteError as e:
+        raise SetupError(f"--output_dir: {e}") from e
+
+def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
+    """Drop the last batch of each epoch when it would hold a single example without a hard negative.
+
+    InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
+    dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
+    A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
+    """
+    per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
+    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
+        return
+    training_args.dataloader_drop_last = True
+    logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
+                   "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,
+                   n_rows - 1)
+
+def _mlm_masker(tok, probability: float):
+    """:func:`simcse.training.data.mask_tokens` with the tokenizer's mask id, vocabulary size and special ids bound."""
+    import functools
+
+    from simcse.training.data import mask_tokens
+
+    return functools.partial(mask_tokens, mask_token_id=tok.mask_token_id, vocab_size=len(tok),
+                             special_ids=list(tok.all_special_ids), mlm_probability=probability)
+
+def _repeated_text_check(ds, columns: list[str], batch_sampler: str):
+    """Rows of texts for the ``no_duplicates`` sampler, or None after warning once about repeated texts.
+
+    With the default sampler, rows that share a text can meet in one batch and act as negatives of their own
+    positive; the warning gives the count and the option that prevents it."""
+    from simcse.training.samplers import count_repeated_rows
+
+    rows = list(zip(*(ds[c] for c in columns)))
+    if batch_sampler == "no_duplicates":
+        logger.info("--batch_sampler no_duplicates: no global batch holds one text twice")
+        return rows
+    n_rows, n_texts = count_repeated_rows(rows)
+    if n_rows:
+        logger.warning("%d of %d training rows share a text with another row (%d repeated texts): in one batch they "
+                       "act as negatives of their own positive; --batch_sampler no_duplicates keeps them apart",
+                       n_rows, len(rows), n_texts)
+    return None

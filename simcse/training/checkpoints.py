@@ -1,0 +1,150 @@
+"""Checkpoints of :class:`simcse.training.trainer.SimCSETrainer`: atomic ``checkpoint-N`` folders, the
+``--do_mlm`` head's own weights, safe resume and best-model loading (HF Trainer's persistence hooks).
+
+:class:`CheckpointHooks` is the mixin holding them (it relies on HF ``Trainer``'s ``args``, ``state``,
+``accelerator`` and ``model``).
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from simcse.files.storage import WriteError, writing
+from simcse.models.card import write_model_card
+
+logger = logging.getLogger(__name__)
+
+_TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
+
+MLM_HEAD_NAME = "mlm_head.safetensors"  # the --do_mlm head's own weights, in checkpoints (for exact resumes)
+
+def _own_mlm_head_weights(model) -> dict[str, torch.Tensor]:
+    """The MLM head's parameters and buffers, without those shared with the encoder (the tied decoder)."""
+    head = getattr(model, "mlm_head", None)
+    if head is None:
+        return {}
+    shared = {id(p) for p in model.encoder.parameters()}
+    own = {k: t for k, t in head.named_parameters() if id(t) not in shared}
+    own.update(head.named_buffers())
+    return {k: t.detach().contiguous().cpu() for k, t in own.items()}
+
+def _any_rank(flag: bool) -> bool:
+    """``flag`` OR-ed over all processes of torch.distributed (just ``flag`` in a single process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+class CheckpointHooks(Trainer):
+    """HF Trainer's persistence hooks for SimCSE (see the module): save, checkpoint, resume, best model, card."""
+
+    # ------------------------------------------------------------------------------------ persistence
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        model = self.accelerator.unwrap_model(self.model)
+        model.save_pretrained(output_dir)
+        head = _own_mlm_head_weights(model)
+        if head:  # a --do_mlm run resumes with its trained head, not the pre-trained one
+            save_file(head, os.path.join(output_dir, MLM_HEAD_NAME))
+        with open(os.path.join(output_dir, "training_args.json"), "w") as f:
+            f.write(self.args.to_json_string())
+
+    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
+        """Hook of ``Trainer.push_to_hub``: write simcse's card (:mod:`simcse.models.card`) instead of HF's."""
+        if not self.is_world_process_zero():
+            return
+        write_model_card(self.args.output_dir, model_name=self.args.hub_model_id or model_name)
+
+    def _get_output_dir(self, trial) -> str:
+        # While _save_checkpoint stages a checkpoint, HF's run folder is the staging folder (see there).
+        staging = getattr(self, "_staging_run_dir", None)
+        return staging if staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """HF's checkpoint save, made atomic: ``checkpoint-N`` appears complete or not at all.
+
+        HF writes ``<run_dir>/checkpoint-N`` file by file (model, optimizer, scheduler, RNG states, trainer
+        state), so a kill or an error in between would leave a folder that looks like the newest checkpoint
+        but cannot be resumed. Here HF's own ``_save_checkpoint`` runs unchanged with its run folder pointed
+        at a hidden staging folder ``<run_dir>/.checkpoint-N.partial`` (which HF's checkpoint discovery and
+        rotation ignore); when it has returned, the complete folder is moved to ``checkpoint-N`` by one rename,
+        and only then are old checkpoints rotated (``save_total_limit``; HF's rotation never deletes
+        ``best_model_checkpoint``), so a failed save costs no earlier checkpoint. A save that raises removes
+        its staging folder; one left by a killed process is removed by the next save.
+        """
+        run_dir = self._get_output_dir(trial=trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = os.path.join(run_dir, f".{name}.partial")
+        if self.args.should_save:
+            for leftover in glob.glob(os.path.join(glob.escape(run_dir), f".{PREFIX_CHECKPOINT_DIR}-*.partial")):
+                shutil.rmtree(leftover, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self._staging_run_dir = staging
+        needed = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())  # weights + AdamW moments
+        failure = None
+        try:
+            with writing(name, run_dir, needed=needed):
+                super()._save_checkpoint(model, trial)
+        except Exception as e:  # agreed on by every rank below, so none is left waiting for the others
+            failure = e
+        except BaseException:
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        finally:
+            self._staging_run_dir = None
+        if _any_rank(failure is not None):
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise failure or WriteError(None, f"could not write {name} to {run_dir!r}: another process failed to "
+                                              "write its part (see its error)", name, run_dir)
+        # HF recorded the best checkpoint under the folder it saw (the staging one when this step is the best).
+        recorded = self.state.best_model_checkpoint
+        if recorded is not None and os.path.dirname(os.path.normpath(recorded)) == os.path.normpath(staging):
+            self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(os.path.normpath(recorded)))
+        self.accelerator.wait_for_everyone()  # every process has written its files (rng_state_<rank>.pth)
+        if self.args.should_save:
+            staged, final = os.path.join(staging, name), os.path.join(run_dir, name)
+            if recorded != self.state.best_model_checkpoint:
+                self.state.save_to_json(os.path.join(staged, _TRAINER_STATE_NAME))
+            with writing(name, run_dir, needed=needed):
+                if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
+                    os.replace(final, os.path.join(staging, "replaced"))
+                os.replace(staged, final)
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+        self.accelerator.wait_for_everyone()
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        if not os.path.isfile(os.path.join(resume_from_checkpoint, _TRAINER_STATE_NAME)):
+            raise ValueError(
+                f"resume_from_checkpoint {resume_from_checkpoint!r} is not a complete training checkpoint: "
+                f"{_TRAINER_STATE_NAME} is missing; expected a checkpoint-N folder written during training "
+                "(a folder saved by save_model holds the weights only)"
+            )
+        if not any(os.path.isfile(os.path.join(resume_from_checkpoint, f)) for f in ("optimizer.pt", "optimizer.bin")):
+            logger.warning("%s has no optimizer state (saved with save_only_model?): the optimizer restarts from "
+                           "scratch and the resumed run will differ from an uninterrupted one", resume_from_checkpoint)
+        model = model if model is not None else self.model
+        model.load_weights(resume_from_checkpoint)
+        head_file = os.path.join(resume_from_checkpoint, MLM_HEAD_NAME)
+        if getattr(model, "mlm_head", None) is not None and os.path.isfile(head_file):
+            model.mlm_head.load_state_dict(load_file(head_file), strict=False)  # tied decoder weight: the encoder's
+
+    def _load_best_model(self) -> None:
+        self.accelerator.unwrap_model(self.model).load_weights(self.state.best_model_checkpoint)

@@ -1,0 +1,58 @@
+"""Dev evaluation inside training for :class:`simcse.training.trainer.SimCSETrainer`: STS-B and SICK-R dev
+Spearman (the reference trainer's ``evaluate``: ``eval_stsb_spearman``, ``eval_sickr_spearman``, ``eval_avg_sts``)
+and, with ``eval_transfer``, the 7 transfer tasks' dev accuracy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import Trainer
+
+from simcse.evaluation import TRANSFER_TASKS, evaluate, evaluate_sts_dev
+
+@dataclass
+class STSDevSet:
+    """Stand-in ``eval_dataset``: evaluation reads STS-B/SICK-R dev from ``data_dir`` (SentEval layout)."""
+
+    data_dir: str | None = None
+
+    def __len__(self) -> int:  # Trainer only checks that an eval set exists
+        return 1
+
+
+class DevEvaluation(Trainer):
+    """The ``evaluate`` hook of :class:`simcse.training.trainer.SimCSETrainer` (see the module); it relies on the
+    trainer's ``senteval_dir``, ``eval_max_length`` and ``eval_transfer``."""
+
+    # ------------------------------------------------------------------------------------- evaluation
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """STS-B dev and SICK-R dev Spearman of the current model (dropout off).
+
+        Logs and returns ``{prefix}_stsb_spearman``, ``{prefix}_sickr_spearman``, ``{prefix}_avg_sts``
+        (fractions), so ``metric_for_best_model="stsb_spearman"`` selects checkpoints. A collapsed model (every
+        cosine similarity equal) does not stop training: a warning names the task and its score is 0.0.
+        """
+        data_dir = getattr(eval_dataset or self.eval_dataset, "data_dir", None) or self.senteval_dir
+        model = self.accelerator.unwrap_model(self.model)
+        bs = self.args.per_device_eval_batch_size
+        cap = getattr(getattr(model, "first", model), "max_input_tokens", 512)  # DualEncoderModel: its first encoder
+
+        def encode(sentences):
+            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length or cap)
+
+        scores = evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
+        if self.eval_transfer:
+            scores.update(self._transfer_dev(encode, data_dir))
+        metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
+        metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    @staticmethod
+    def _transfer_dev(encode, data_dir) -> dict[str, float]:
+        """Dev accuracy (percent) of the 7 transfer tasks, fast 5-fold mode, and their mean ``avg_transfer``
+        (the reference trainer's ``eval_transfer`` metrics)."""
+        res = evaluate(encode, list(TRANSFER_TASKS), data_dir=data_dir, mode="dev")
+        accs = {task: float(res[task]["devacc"]) for task in TRANSFER_TASKS}
+        return {**accs, "avg_transfer": sum(accs.values()) / len(accs)}

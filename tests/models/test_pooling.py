@@ -1,0 +1,69 @@
+"""simcse.models.pooling: the pooler registry and each pooler against a manual computation."""
+
+import pytest
+import torch
+
+from conftest import SENTENCES, tokenize
+from simcse.models.modeling import SimCSEModel
+from simcse.models.pooling import POOLERS, get_pooler
+
+
+ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
+
+
+def test_registry_names_and_unknown():
+    assert sorted(POOLERS) == sorted(ALL_POOLERS)
+    with pytest.raises(ValueError, match="avg_first_last"):
+        get_pooler("mean")
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+@pytest.mark.parametrize("pooler", ALL_POOLERS)
+def test_pooler_shapes_and_padding_invariance(tmp_path_factory, arch, pooler, request):
+    folder = request.getfixturevalue(f"tiny_{arch}_dir")
+    model = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler).eval()
+    with torch.no_grad():
+        short = model(**tokenize(model, SENTENCES[:3]))
+        padded = model(**tokenize(model, SENTENCES[:3], pad_to=40))
+    assert short.shape == (3, 32) and short.dtype == torch.float32
+    # attention masks keep padding out of every pooler (cls reads position 0 only)
+    torch.testing.assert_close(short, padded, rtol=1e-4, atol=1e-5)
+
+
+def test_poolers_against_manual_computation(tiny_bert_dir):
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").eval()
+    batch = tokenize(model, SENTENCES[:2])
+    with torch.no_grad():
+        hs = model.encoder(**batch, output_hidden_states=True).hidden_states
+        m = batch["attention_mask"]
+        for i in range(2):
+            n = int(m[i].sum())
+            expect = {
+                "avg": hs[-1][i, :n].mean(0),
+                "avg_top2": ((hs[-1][i, :n] + hs[-2][i, :n]) / 2).mean(0),
+                "avg_first_last": ((hs[1][i, :n] + hs[-1][i, :n]) / 2).mean(0),
+                "avg_first_last_embeddings": ((hs[0][i, :n] + hs[-1][i, :n]) / 2).mean(0),
+                "cls_before_pooler": hs[-1][i, 0],
+            }
+            for name, vec in expect.items():
+                p = get_pooler(name)
+                got = p.fn(hs[-1], m, hs)[i]
+                torch.testing.assert_close(got, vec, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_avg_first_last_embeddings_is_the_embedding_layer_plus_last_layer(arch, request):
+    """The paper's printed "first-last avg.": (word+position+type embeddings, after LayerNorm) + last layer."""
+    folder = request.getfixturevalue(f"tiny_{arch}_dir")
+    model = SimCSEModel.from_pretrained(str(folder), pooler_type="avg_first_last_embeddings").eval()
+    fixed = SimCSEModel.from_pretrained(str(folder), pooler_type="avg_first_last").eval()
+    batch = tokenize(model, SENTENCES[:3], pad_to=24)
+    with torch.no_grad():
+        got = model(**batch)
+        emb = model.encoder.embeddings(input_ids=batch["input_ids"])  # (N, L, H): hidden_states[0]
+        last = model.encoder(**batch).last_hidden_state  # (N, L, H)
+        m = batch["attention_mask"].unsqueeze(-1).float()
+        expect = (((emb + last) / 2) * m).sum(1) / m.sum(1)
+        other = fixed(**batch)
+    torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, other, atol=1e-3)  # not the first transformer layer's average

@@ -1,0 +1,172 @@
+"""simcse.models.unpadded: the padding-free forward equals the padded one (outputs, gradients, dropout law), its
+attention kernel and length buckets, and its fallback (docs/performance.md)."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from conftest import SENTENCES, padded_and_unpadded, tokenize
+from simcse.models.modeling import SimCSEModel
+import simcse.models.modeling as modeling
+import simcse.models.unpadded as unpadded
+
+
+POOLERS = ["cls", "avg", "avg_first_last", "avg_first_last_embeddings", "avg_top2"]
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_padding_free_forward_equals_padded(request, arch, pooler):
+    padded, free = padded_and_unpadded(request.getfixturevalue(f"tiny_{arch}_dir"), pooler)
+    batch = tokenize(padded, SENTENCES)
+    assert (batch["attention_mask"] == 0).any(), "the batch must contain padding for the test to mean anything"
+    with torch.no_grad():
+        torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
+    assert free.encoder.config._attn_implementation == modeling.UNPADDED_ATTENTION
+    assert not padded.unpadded
+
+
+def test_padding_free_left_padding_and_extra_padding(tiny_bert_dir):
+    """Positions are the padded batch's (BERT counts from column 0 whatever the padding side)."""
+    padded, free = padded_and_unpadded(tiny_bert_dir, "avg")
+    padded.tokenizer.padding_side = "left"
+    batch = padded.tokenizer(SENTENCES[:5], return_tensors="pt", padding="max_length", max_length=20)
+    with torch.no_grad():
+        torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_free_gradients_equal_padded(tiny_bert_dir):
+    """Without dropout (eval mode) the parameter gradients of a contrastive loss match."""
+    from simcse.training.losses import info_nce
+
+    padded, free = padded_and_unpadded(tiny_bert_dir, "cls")
+    batch = tokenize(padded, SENTENCES)
+    grads = []
+    for model in (padded, free):
+        z = model(**batch)
+        info_nce(z[:6], z[6:], temp=0.05).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_padding_free_dropout_is_on_in_training_and_seeded(tiny_bert_dir):
+    _, free = padded_and_unpadded(tiny_bert_dir, "avg")
+    batch = tokenize(free, SENTENCES)
+    free.train()
+    torch.manual_seed(3)
+    a = free(**batch)
+    b = free(**batch)
+    torch.manual_seed(3)
+    c = free(**batch)
+    assert not torch.allclose(a, b), "dropout must differ between two training forwards"
+    torch.testing.assert_close(a, c)  # the same seed draws the same masks
+    free.eval()
+    with torch.no_grad():
+        e1, e2 = free(**batch), free(**batch)
+    torch.testing.assert_close(e1, e2)
+
+
+def test_padding_free_falls_back_when_the_check_fails(tiny_bert_dir, monkeypatch, caplog):
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg")
+    before = model.encoder.config._attn_implementation
+    real = unpadded._padded_position_ids
+    monkeypatch.setattr(unpadded, "_padded_position_ids", lambda enc, ids: real(enc, ids).flip(-1))  # wrong positions
+    with caplog.at_level(logging.WARNING, logger="simcse.models.modeling"):
+        assert model.set_unpadded(True) is False
+    assert "padding-free forward is off" in caplog.text and "differ" in caplog.text
+    assert not model.unpadded and model.encoder.config._attn_implementation == before
+
+
+def test_padding_free_toggle_and_save(tiny_bert_dir, tmp_path):
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").eval()
+    before = model.encoder.config._attn_implementation
+    assert model.set_unpadded(True) and model.set_unpadded(True)  # idempotent
+    model.save_pretrained(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert modeling.UNPADDED_ATTENTION not in json.dumps(cfg)  # a saved model never names our kernel
+    again = SimCSEModel.from_pretrained(str(tmp_path / "m"))  # loads with the encoder's own attention
+    assert again.encoder.config._attn_implementation != modeling.UNPADDED_ATTENTION
+    batch = tokenize(model, SENTENCES)
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch), model(**batch), rtol=1e-5, atol=1e-5)
+    assert model.set_unpadded(False) is False
+    assert model.encoder.config._attn_implementation == before
+
+
+def test_padded_calls_still_work_with_the_kernel_registered(tiny_bert_dir):
+    """A direct padded encoder call (as the MLM head makes) falls back to SDPA with the padding mask."""
+    padded, free = padded_and_unpadded(tiny_bert_dir, "avg")
+    batch = tokenize(padded, SENTENCES)
+    with torch.no_grad():
+        ref = padded.encoder(**batch).last_hidden_state
+        got = free.encoder(**batch).last_hidden_state
+    keep = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[keep], ref[keep], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pooler", ["avg", "cls"])
+def test_eager_and_sdpa_attention_give_the_same_embeddings(tiny_bert_dir, pooler):
+    eager = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type=pooler, attn_implementation="eager").eval()
+    sdpa = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type=pooler, attn_implementation="sdpa").eval()
+    sdpa.load_state_dict(eager.state_dict())
+    assert eager.encoder.config._attn_implementation == "eager"
+    assert sdpa.encoder.config._attn_implementation == "sdpa"
+    batch = tokenize(eager, SENTENCES)
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(**batch), eager(**batch), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_core_math_path_equals_sdpa():
+    """The CPU dropout path (plain matmul/softmax) computes SDPA's attention (dropout ~0 here)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 4, generator=gen) for _ in range(3))
+    key_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, scale=0.3)
+    got = unpadded._attention_core(q, k, v, key_mask, dropout=1e-12, scaling=0.3)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    # and it does drop: with p = 0.5 about half of the attention weights are zeroed
+    torch.manual_seed(0)
+    dropped = unpadded._attention_core(q, k, torch.eye(5).expand(3, 2, 5, 5), key_mask, dropout=0.5, scaling=0.3)
+    kept = dropped[key_mask.expand_as(dropped)]  # attention weights of real keys
+    assert 0.3 < (kept == 0).float().mean().item() < 0.7
+
+
+def test_attention_buckets_cover_every_token_once_in_row_order():
+    gen = torch.Generator().manual_seed(0)
+    keep = torch.rand(11, 9, generator=gen) < 0.6  # holes, left/right padding and
+    keep[3] = False                                 # an empty row
+    keep[5] = True                                  # a full row
+    total = int(keep.sum())
+    buckets, restore = unpadded._attention_buckets(keep, max_buckets=4)
+    assert 1 < len(buckets) <= 4
+    lengths = keep.sum(1)
+    packed = torch.arange(total, dtype=torch.float32)[:, None, None]  # (T, 1, 1): token i holds the value i
+    outs, widths = [], []
+    for gather, rows, width, key_mask, real in buckets:
+        grid = packed.index_select(0, gather).view(rows, width)  # (R, W)
+        assert key_mask.shape == (rows, 1, 1, width) and width == int(key_mask.sum(-1).max())
+        for r in range(rows):
+            n = int(key_mask[r].sum())
+            if n == 0:
+                continue  # the empty row: nothing to attend
+            got = grid[r, :n]
+            assert torch.equal(got, got[0] + torch.arange(n, dtype=torch.float32))  # one sentence, in order
+        outs.append(packed.index_select(0, gather).index_select(0, real))
+        widths.append(width)
+    assert widths == sorted(widths, reverse=True) and widths[0] == int(lengths.max())
+    torch.testing.assert_close(torch.cat(outs).index_select(0, restore), packed)
+    assert sum(int(b[3].sum()) for b in buckets) == total
+
+
+def test_padding_free_with_mixed_lengths_equals_padded(tiny_bert_dir):
+    """More rows than buckets, very different lengths: bucketed attention gives the padded forward's output."""
+    padded, free = padded_and_unpadded(tiny_bert_dir, "avg")
+    sentences = [" ".join(["dog"] * n) for n in (1, 30, 2, 17, 5, 9, 3, 25, 1, 12)]
+    batch = tokenize(padded, sentences)
+    with torch.no_grad():
+        torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
