@@ -18,7 +18,7 @@ Memory measured:
 
 The two losses differ slightly because dropout is on: one forward over the whole batch and per-chunk forwards draw
 different masks (the cached gradients equal those of an uncached step with the chunks' masks:
-tests/test_gradcache.py). Times are noisy when other jobs share the CPU (the load average is printed).
+tests/training/test_gradcache.py). Times are noisy when other jobs share the CPU (the load average is printed).
 """
 from __future__ import annotations
 

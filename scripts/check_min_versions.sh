@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the lowest version setup.py admits of every runtime dependency into a fresh venv and run the tests.
 #   bash scripts/check_min_versions.sh            # venv in a temporary folder, whole suite
-#   MIN_VENV=/tmp/floors bash scripts/check_min_versions.sh tests/test_losses.py   # reuse a venv, some tests
+#   MIN_VENV=/tmp/floors bash scripts/check_min_versions.sh tests/training/test_losses.py   # reuse a venv, some tests
 # The floors come from setup.py's install_requires (">=X" -> "==X"); the test tools are installed under
 # those floors as constraints, so nothing upgrades a floor behind the check's back.
 set -euo pipefail

@@ -6,7 +6,7 @@
 It types a query with the keyboard, waits for the results, checks them against the JSON API, runs the
 similarity box and saves a full-page screenshot. The browser is Debian's ``chromium`` (or
 ``$SIMCSE_CHROMIUM``) driven by playwright's Python API; no browser is downloaded. The helpers here are
-also what ``tests/test_e2e_serve_browser.py`` uses.
+also what ``tests/e2e/test_e2e_serve_browser.py`` uses.
 """
 from __future__ import annotations
 

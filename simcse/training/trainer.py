@@ -16,7 +16,7 @@ queries (against all W*B keys); the gather's backward all-reduces (SUM) the key 
 embeddings receive ``d(sum_r' L_r')/dz_r``; DDP then *averages* the parameter gradients over ranks. The
 result is ``(1/W) d(sum_r L_r)/dtheta = d L/dtheta`` with ``L = (1/W) sum_r L_r`` the mean of the per-query
 loss over the global batch of W*B queries -- exactly the gradient of one process holding the whole global
-batch (tested in ``tests/test_distributed.py``). The logged loss (HF averages ``L_r`` over ranks) is that
+batch (tested in ``tests/training/test_distributed.py``). The logged loss (HF averages ``L_r`` over ranks) is that
 same global mean. No extra factor W is needed, so the learning rate of a 1-GPU run with the same global
 batch carries over. The MLM term is a per-rank mean, averaged by DDP: the mean over ranks of per-rank MLM
 means (equal to the global token mean when ranks mask equally many tokens).
@@ -235,7 +235,7 @@ class SimCSETrainer(DevEvaluation, CheckpointHooks):
         non-final accumulation micro-batches, which it then does not override), so gradients are all-reduced
         once per micro-batch. With ``do_mlm`` the MLM loss (which decomposes over tokens) is added to each
         chunk's pass-2 graph, normalised by the batch's masked-token count. The parameter gradients equal
-        those of :meth:`compute_loss` on the whole batch (tests/test_gradcache.py). Returns the detached loss
+        those of :meth:`compute_loss` on the whole batch (tests/training/test_gradcache.py). Returns the detached loss
         divided by the accumulation steps, like HF's ``training_step``.
         """
         inputs = self._add_mlm_masks(inputs)

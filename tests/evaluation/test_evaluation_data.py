@@ -1,4 +1,4 @@
-"""simcse.evaluation.data: the SentEval-layout readers (the evaluation itself: tests/test_evaluation.py)."""
+"""simcse.evaluation.data: the SentEval-layout readers (the evaluation itself: tests/evaluation/test_evaluation.py)."""
 from __future__ import annotations
 
 import tempfile
