@@ -7,4 +7,4 @@
 #
 # With $SIMCSE_DATA_MIRROR set, copies $SIMCSE_DATA_MIRROR/senteval/downstream (no network). Otherwise downloads
 # the preprocessed SentEval archive the SimCSE reference uses (already tokenized as SentEval's scripts leave it).
-exec "${PYTHON:-python3}" "$(dirname "$0")/../simcse/download.py" senteval --dest "${1:-$(dirname "$0")/downstream}"
+exec "${PYTHON:-python3}" "$(dirname "$0")/../simcse/files/download.py" senteval --dest "${1:-$(dirname "$0")/downstream}"

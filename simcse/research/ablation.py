@@ -31,11 +31,12 @@ import sys
 import time
 from pathlib import Path
 
+from simcse.training.recipes import config_dir
 from simcse.training.config import EMBEDDED_MODEL, load_config, resolve_model_name
 from simcse.training.data import default_data_file
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout (configs/ is not part of the installed package)
-CONFIG_DIR = ROOT / "configs" / "ablations"
+# the packaged configs (simcse/configs in a wheel, configs/ in a checkout), found by the one rule of recipes.config_dir
+CONFIG_DIR = (config_dir() or Path(__file__).resolve().parents[2] / "configs") / "ablations"
 TABLES = {
     "1": "Table 1: discrete augmentations vs dropout (unsupervised, STS-B dev)",
     "2": "Table 2: training objectives, one vs two encoders (unsupervised, STS-B dev)",

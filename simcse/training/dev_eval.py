@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from transformers import Trainer
 
-from simcse.evaluation import TRANSFER_TASKS, evaluate, evaluate_sts_dev
+import simcse.evaluation as senteval  # called through the module, so a patched evaluate_sts_dev is the one used
 
 @dataclass
 class STSDevSet:
@@ -40,7 +40,7 @@ class DevEvaluation(Trainer):
         def encode(sentences):
             return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length or cap)
 
-        scores = evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
+        scores = senteval.evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
         if self.eval_transfer:
             scores.update(self._transfer_dev(encode, data_dir))
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
@@ -53,6 +53,6 @@ class DevEvaluation(Trainer):
     def _transfer_dev(encode, data_dir) -> dict[str, float]:
         """Dev accuracy (percent) of the 7 transfer tasks, fast 5-fold mode, and their mean ``avg_transfer``
         (the reference trainer's ``eval_transfer`` metrics)."""
-        res = evaluate(encode, list(TRANSFER_TASKS), data_dir=data_dir, mode="dev")
-        accs = {task: float(res[task]["devacc"]) for task in TRANSFER_TASKS}
+        res = senteval.evaluate(encode, list(senteval.TRANSFER_TASKS), data_dir=data_dir, mode="dev")
+        accs = {task: float(res[task]["devacc"]) for task in senteval.TRANSFER_TASKS}
         return {**accs, "avg_transfer": sum(accs.values()) / len(accs)}

@@ -58,7 +58,7 @@ def test_data_scripts_wrap_the_module_without_the_package_dependencies(tmp_path,
     """data/download_wiki.sh runs simcse/files/download.py as a plain script (stdlib only)."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "SIMCSE_DATA_MIRROR": str(mirror), "PYTHON": sys.executable}
-    r = subprocess.run([sys.executable, "-S", str(root / "simcse" / "download.py"), "nli", "--dest",
+    r = subprocess.run([sys.executable, "-S", str(root / "simcse" / "files" / "download.py"), "nli", "--dest",
                         str(tmp_path / "n.csv")], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "n.csv").resolve() == mirror / "nli_for_simcse.csv"

@@ -144,14 +144,14 @@ def test_published_ids_get_their_documented_pooler_and_nothing_else_does(tmp_pat
     plain = make_tiny_model(tmp_path / "plain", "bert")
     import transformers
 
-    import simcse.models.modeling as modeling
+    import simcse.models.folder as folder
 
-    monkeypatch.setattr(modeling, "_check_hub_name", lambda *a, **k: None)  # no hub here: the ids are not cached
-    monkeypatch.setattr(modeling, "_hub_file", lambda *a, **k: None)
+    monkeypatch.setattr(folder, "_check_hub_name", lambda *a, **k: None)  # no hub here: the ids are not cached
+    monkeypatch.setattr(folder, "_hub_file", lambda *a, **k: None)
     real = transformers.AutoModel.from_pretrained, transformers.AutoTokenizer.from_pretrained
     monkeypatch.setattr(transformers.AutoModel, "from_pretrained", lambda name, **kw: real[0](str(plain), **kw))
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name, **kw: real[1](str(plain), **kw))
-    with caplog.at_level(logging.WARNING, logger="simcse.models.modeling"):
+    with caplog.at_level(logging.WARNING, logger="simcse.models.folder"):
         m = SimCSEModel.from_pretrained("princeton-nlp/unsup-simcse-roberta-base")
     assert m.pooler_type == "cls_before_pooler"
     assert sum("documented pooler" in r.getMessage() for r in caplog.records) == 1

@@ -41,7 +41,7 @@ def write_corpus_and_nli(root, n_lines: int, n_triplets: int, seed: int):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from test_evaluation import write_senteval
+    from conftest import write_senteval
 
     from simcse.research.pretrain import PretrainArguments, pretrain
 
@@ -125,7 +125,7 @@ def test_tiny_script_runs_end_to_end(tmp_path):
     import sys
     from pathlib import Path
 
-    from test_evaluation import write_senteval
+    from conftest import write_senteval
 
     repo = Path(__file__).resolve().parents[2]
     corpus, nli = write_corpus_and_nli(tmp_path, 2000, 300, seed=7)

@@ -114,7 +114,7 @@ def test_page_is_served_with_its_files_and_nothing_from_elsewhere(client):
     r = client.get("/")
     assert r.status_code == 200 and 'id="search-form"' in r.text
     assert "default-src 'self'" in r.headers["content-security-policy"]
-    static = REPO / "simcse" / "static"
+    static = REPO / "simcse" / "serving" / "static"
     for name in ("app.js", "style.css"):
         assert client.get(f"/static/{name}").text == (static / name).read_text(encoding="utf-8")
     for f in static.iterdir():  # no CDN or other outside address anywhere in the page's files
