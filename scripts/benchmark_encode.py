@@ -209,7 +209,7 @@ def build_paths(args, work: Path) -> dict:
             from simcse.interop.onnx import export_onnx
 
             onnx_dir = export_onnx(ours.model, onnx_dir or work / "ours_onnx", quantize="int8")
-        for name, f in (("onnx", "simcse.interop.onnx"), ("onnx-int8", "simcse_int8.onnx")):
+        for name, f in (("onnx", "simcse.onnx"), ("onnx-int8", "simcse_int8.onnx")):
             if name in args.ours:
                 tool = SimCSE(str(onnx_dir), backend="onnx", file_name=f, num_threads=args.threads)
                 paths[("ours", name)] = lambda s, t=tool: t.encode(s, **enc)

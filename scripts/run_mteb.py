@@ -24,7 +24,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
     p.add_argument("--pooler", default=None, help="pooler; default: the saved one")
     p.add_argument("--backend", choices=["torch", "onnx"], default="torch")
-    p.add_argument("--onnx_file", default=None, help="with --backend onnx: simcse.interop.onnx (default) or simcse_int8.onnx")
+    p.add_argument("--onnx_file", default=None, help="with --backend onnx: simcse.onnx (default) or simcse_int8.onnx")
     p.add_argument("--tasks", nargs="*", default=[], help="mteb task names (data from the Hub)")
     p.add_argument("--local_senteval", nargs="*", default=[], metavar="TASK:SPLIT",
                    help="STSBenchmark:test, SICKRelatedness:dev... from the local SentEval folder (offline)")

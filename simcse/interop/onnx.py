@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 ONNX_SUBDIR = "onnx"
-ONNX_FP32_NAME = "simcse.interop.onnx"
+ONNX_FP32_NAME = "simcse.onnx"
 ONNX_INT8_NAME = "simcse_int8.onnx"
 ONNX_META_NAME = "simcse_onnx.json"
 QUANTIZE_CHOICES = ("int8",)
@@ -169,7 +169,7 @@ class ONNXEncoder:
 
     Args:
         path: a folder written by :func:`export_onnx`.
-        file_name: ``"simcse.interop.onnx"`` (fp32, default) or ``"simcse_int8.onnx"``; a path relative to
+        file_name: ``"simcse.onnx"`` (fp32, default) or ``"simcse_int8.onnx"``; a path relative to
             ``path/onnx`` or to ``path``. When the folder holds only the int8 file it is the default.
         num_threads: onnxruntime intra-op threads (default: ``torch.get_num_threads()``).
 

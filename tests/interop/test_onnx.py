@@ -31,7 +31,7 @@ def test_onnx_fp32_matches_torch(tmp_path, request, arch, pooler, mlp_only_train
     ours = model.encode(SENTENCES)
     out = export_onnx(model, tmp_path / "onnx")
     meta = json.loads((out / "onnx" / "simcse_onnx.json").read_text())
-    assert meta["pooler_type"] == pooler and meta["files"] == ["simcse.interop.onnx"]
+    assert meta["pooler_type"] == pooler and meta["files"] == ["simcse.onnx"]
     got = ONNXEncoder(out, num_threads=1).encode(SENTENCES, batch_size=5)
     assert _cos(got, ours).min() > 0.9999
     np.testing.assert_allclose(got, ours, rtol=1e-4, atol=1e-5)
@@ -81,7 +81,7 @@ def test_cli_export_onnx(tmp_path, tiny_bert_dir, capsys):
     assert cli_main(["export", "--model", str(tmp_path / "m"), "--output", str(tmp_path / "m"), "--format", "onnx",
                      "--quantize", "int8"]) == 0
     files = json.loads((tmp_path / "m" / "onnx" / "simcse_onnx.json").read_text())["files"]
-    assert files == ["simcse.interop.onnx", "simcse_int8.onnx"]
+    assert files == ["simcse.onnx", "simcse_int8.onnx"]
     # the torch folder is intact next to the ONNX files
     np.testing.assert_allclose(SimCSE(str(tmp_path / "m"), device="cpu").encode(SENTENCES, return_numpy=True),
                                SimCSE(str(tmp_path / "m"), backend="onnx").encode(SENTENCES, return_numpy=True),
