@@ -28,6 +28,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from simcse.version import __version__
 from simcse.serving.service import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, MAX_BATCH, MAX_BODY_BYTES, MAX_ENCODE, RequestError,
@@ -131,6 +132,19 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     return 422, f"{'.'.join(loc)}: {err.get('msg')}{tail}"[:500]
 
 
+def _allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405: the methods of every route of the request's path (a path may have a GET
+    and a POST route), plus HEAD wherever GET is allowed (:class:`HeadAsGet`)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):
@@ -145,7 +159,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return _error(404, f"no such page or API route: {request.url.path} (the API is listed at /openapi.json)")
         if exc.status_code == 405:  # with the Allow header the router names (RFC 9110 15.5.6)
-            allow = (exc.headers or {}).get("Allow", "")
+            allow = _allowed_methods(request)
             return JSONResponse({"error": f"{request.method} is not allowed on {request.url.path}"
                                           + (f"; allowed: {allow}" if allow else "")},
                                 status_code=405, headers={"Allow": allow} if allow else None)
