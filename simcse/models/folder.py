@@ -166,8 +166,9 @@ def model_fingerprint(model) -> str:
     It hashes the content, not the location: every weight tensor and buffer that encoding uses (name, dtype,
     shape, bytes, in name order; not an MLM head, nor the MLP of an ``mlp_only_train`` model), the pooler, ``mlp_only_train`` and the tokenizer's class and vocabulary. So the same folder
     spelled ``./model`` or by its absolute path, or copied elsewhere, has one fingerprint, and a model
-    retrained in place into the same folder has another. Cost: one pass over the weights (about 1 s for a
-    110M-parameter model on the CPU). An object with its own ``fingerprint()`` (the ONNX encoder) gives that.
+    retrained in place into the same folder has another. Cost: one SHA-256 pass over the weights (the
+    ``SimCSE`` tool computes it once, when first needed). An object with its own ``fingerprint()`` (the ONNX
+    encoder) gives that.
 
     Args:
         model: a :class:`simcse.SimCSEModel` (any ``nn.Module`` with ``pooler_type``) or an object with a

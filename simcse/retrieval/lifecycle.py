@@ -382,7 +382,8 @@ class IndexLifecycle:
             ValueError: its vectors do not match this model's hidden size, the sentence count differs, or the
                 index records another pooler than this model's (its vectors were made with that pooler, so
                 queries encoded with this one would score wrongly; load the model with the index's pooler), or
-                another local model folder than this tool's (both folders existing).
+                another model than this tool's: another :attr:`model_fingerprint` (content: a copy of the model
+                folder is the same model), or, for indexes saved before fingerprints, another existing folder.
         """
         folder = Path(folder)
         index = load_index(folder)
