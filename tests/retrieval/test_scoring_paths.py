@@ -47,6 +47,20 @@ def test_float16_shards_find_every_exact_duplicate_at_threshold_one(tool, float1
     assert tool.index.vector_dtype == "float16" and _self_hits(tool, SENTENCES[:50]) == [[(s, 1.0)] for s in SENTENCES[:50]]
 
 
+def test_cli_search_of_a_float16_index_finds_exact_duplicates(tiny_bert_dir, float16_shards, tmp_path, capsys):
+    import json
+
+    idx = tmp_path / "idx"
+    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(float16_shards),
+                     "--output", str(idx), "--no-faiss", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    queries = [x for s in SENTENCES[:40] for x in ("--query", s)]
+    assert cli.main(["search", "--index", str(idx), *queries, "--threshold", "1.0", "--top-k", "1", "--json",
+                     "--device", "cpu"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["results"] for r in rows] == [[[s, 1.0]] for s in SENTENCES[:40]]
+
+
 def test_ivfpq_reranked_from_float16_copies_finds_exact_duplicates(tool):
     pytest.importorskip("faiss")
     tool.build_index(SENTENCES, kind="ivfpq", m=4)
