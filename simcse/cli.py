@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = i.add_mutually_exclusive_group()
     g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None, help="require faiss")
     g.add_argument("--no-faiss", dest="use_faiss", action="store_false", help="numpy exact search")
-    i.add_argument("--fast", action="store_true", help="approximate faiss IVF index (inner product); = --kind ivf")
+    i.add_argument("--fast", action="store_true", help="the same as --kind ivf (approximate faiss IVF-Flat index, "
+                   "inner product, nlist ~4*sqrt(N) unless --nlist); with another --kind it is an error")
     i.add_argument("--kind", choices=["exact", "ivf", "ivfpq", "hnsw"], default=None,
                    help="exact (faiss IndexFlatIP / numpy), ivf (IVF-Flat), ivfpq (IVF-PQ, re-ranked from vectors "
                    "on disk), hnsw; default exact (ivf with --fast)")
@@ -101,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("export", help="write the model as a sentence-transformers or plain HF folder")
     x.add_argument("--model", "--model_name_or_path", dest="model", required=True)
-    x.add_argument("--pooler", default=None)
+    x.add_argument("--pooler", default=None, help="default: the pooler the model folder records; another one is an "
+                   "error unless --override-pooler")
+    x.add_argument("--override-pooler", action="store_true",
+                   help="export with --pooler although the model folder records another pooler (the export then "
+                        "encodes differently from the source model, which stays as it is)")
     x.add_argument("--output", required=True)
     x.add_argument("--format", choices=["sentence-transformers", "huggingface", "onnx"], default="sentence-transformers",
                    help="onnx: onnx/simcse.onnx (the whole model, pooler included) for SimCSE(DIR, backend='onnx')")
@@ -120,8 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder written by the reference's train.py (pytorch_model.bin with bert./roberta. and mlp.* keys)")
     c.add_argument("--pooler", "--pooler_type", dest="pooler", required=True,
                    help="the pooler the model was trained for (not recorded in reference checkpoints): cls for "
-                        "supervised, cls_before_pooler for unsupervised (--mlp_only_train) runs")
-    c.add_argument("--mlp_only_train", action="store_true", help="record mlp_only_train (the MLP is kept for further training)")
+                        "supervised runs; cls_before_pooler --mlp_only_train for unsupervised ones (recorded as cls "
+                        "with mlp_only_train: encodes as cls_before_pooler, the MLP is kept)")
+    c.add_argument("--mlp_only_train", action="store_true",
+                   help="the MLP is used in training only: kept for further training, not used when encoding")
     c.add_argument("--output", required=True, help="new folder (must not exist or be empty)")
 
     sub.add_parser("train", help="train ('simcse train --help'; --config NAME for a packaged config)", add_help=False)
@@ -191,7 +198,9 @@ def cmd_encode_shards(args) -> int:
         if torch.cuda.is_available():
             args.device = f"cuda:{int(os.environ['LOCAL_RANK']) % torch.cuda.device_count()}"
     tool = _tool(args, args.model)
-    settings = {"model": tool.model_name_or_path, "pooler": tool.pooler, "hidden_size": tool.hidden_size,
+    model_ref = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
+    settings = {"model": model_ref, "model_fingerprint": tool.model_fingerprint, "pooler": tool.pooler,
+                "hidden_size": tool.hidden_size,
                 "normalize": not args.no_normalize, "max_length": args.max_length,
                 "compute_dtype": "bfloat16" if args.bf16 else "float32"}
 
@@ -245,31 +254,42 @@ def cmd_encode(args) -> int:
 
 
 def _index_params(args) -> dict:
+    """The index kind and its parameters from the options; ``--fast`` is ``--kind ivf`` (one rule), and every
+    conflict is named by the options the user gave."""
+    if args.fast and args.kind not in (None, "ivf"):
+        raise CLIError(f"--fast is --kind ivf; it conflicts with --kind {args.kind}: give one of them")
+    kind = args.kind or ("ivf" if args.fast else None)
+    given = f"--kind {kind}" if args.kind else ("--fast (--kind ivf)" if args.fast else "the default --kind exact")
     names = {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size", "pq_m": "m",
              "refine_factor": "refine_factor", "hnsw_m": "m", "ef_search": "ef_search"}
     takes = {"ivf": {"nlist", "nprobe", "train_size"}, "ivfpq": {"nlist", "nprobe", "train_size", "pq_m", "refine_factor"},
-             "hnsw": {"hnsw_m", "ef_search"}}.get(args.kind or ("ivf" if args.fast else "exact"), set())
+             "hnsw": {"hnsw_m", "ef_search"}}.get(kind or "exact", set())
     params = {}
     for opt, key in names.items():
         v = getattr(args, opt)
         if v is None:
             continue
         if opt not in takes:
-            raise CLIError(f"--{opt.replace('_', '-')} does not apply to --kind {args.kind or 'exact'}")
+            raise CLIError(f"--{opt.replace('_', '-')} does not apply to {given}")
         params[key] = v
-    if args.kind:
-        params["kind"] = args.kind
+    if kind:
+        params["kind"] = kind
     return params
 
 
 def cmd_index(args) -> int:
+    from simcse.retrieval.lifecycle import check_index_target
     from simcse.retrieval.shards import is_shard_folder
 
     if not Path(args.input).is_file() and not is_shard_folder(args.input):
         raise CLIError(f"--input {args.input!r} is not a file or a finished shard folder (with manifest.json)")
     params = _index_params(args)
+    try:
+        check_index_target(args.output)  # before the model loads and the corpus is encoded
+    except (FileExistsError, ValueError) as e:
+        raise CLIError(f"--output: {e}") from None
     tool = _tool(args, args.model)
-    tool.build_index(args.input, use_faiss=args.use_faiss, faiss_fast=args.fast, batch_size=args.batch_size,
+    tool.build_index(args.input, use_faiss=args.use_faiss, batch_size=args.batch_size,
                      column=args.column, chunk_size=args.chunk_size, **params)
     tool.save_index(args.output)
     print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)
@@ -304,10 +324,15 @@ def cmd_search(args) -> int:
 def cmd_export(args) -> int:
     from simcse.interop.export import export_huggingface, export_sentence_transformers, huggingface_reading
     from simcse.models.modeling import SimCSEModel
+    from simcse.models.pooling import pooler_for
 
     if args.quantize and args.format != "onnx":
         raise CLIError(f"--quantize needs --format onnx (got --format {args.format})")
-    model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler)
+    if args.override_pooler and args.pooler is None:
+        raise CLIError("--override-pooler needs --pooler (the pooler to export with)")
+    pooler = args.pooler if args.override_pooler else pooler_for(
+        args.model, args.pooler, "--pooler ", "pass --override-pooler to export with another pooler on purpose")
+    model = SimCSEModel.from_pretrained(args.model, pooler_type=pooler)
     if args.format == "onnx":
         from simcse.interop.onnx import export_onnx
 
@@ -325,12 +350,19 @@ def cmd_export(args) -> int:
 
 def cmd_convert(args) -> int:
     from simcse.models.modeling import SimCSEModel
+    from simcse.models.pooling import get_pooler
+    from simcse.models.reference_checkpoints import conversion_pooler, read_reference_mlp
 
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CLIError(f"--output {args.output!r} exists and is not an empty folder")
-    model = SimCSEModel.from_pretrained(args.model, pooler_type=args.pooler, mlp_only_train=args.mlp_only_train or None)
+    get_pooler(args.pooler)  # an unknown name fails first, with the list of poolers
+    pooler, mlp_only_train, note = conversion_pooler(args.pooler, args.mlp_only_train,
+                                                     read_reference_mlp(args.model) is not None)
+    model = SimCSEModel.from_pretrained(args.model, pooler_type=pooler, mlp_only_train=mlp_only_train or None)
     model.save_pretrained(out)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     print(f"wrote {out} (pooler {model.pooler_type}, mlp_only_train {model.mlp_only_train})", file=sys.stderr)
     return 0
 

@@ -130,3 +130,75 @@ def test_non_utf8_input_names_file_line_and_byte(tmp_path, tiny_bert_dir, capsys
     tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
     with pytest.raises(ValueError, match=r"latin.txt:2: byte 6 .* is not UTF-8; expected a UTF-8 text file"):
         tool.build_index(str(f))
+
+
+# ------------------------------------------------------------------------------------ simcse index: options
+def _error_line(err: str) -> str:
+    """The one ``error: ...`` line a failed command printed (after any progress bars), checked to be the last."""
+    lines = [x for x in err.strip().splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and err.strip().endswith(lines[0]) and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_index_output_is_checked_before_any_encoding(tmp_path, tiny_bert_dir, corpus, capsys, monkeypatch):
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("the corpus was encoded before --output was checked")
+
+    monkeypatch.setattr(SimCSE, "encode", no_encoding)
+    busy = tmp_path / "notes"
+    busy.mkdir()
+    (busy / "todo.txt").write_text("keep me\n")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x\n")
+    for out, expected in ((busy, "exists and is not a saved index"), (a_file / "idx", "lies under"),
+                          (a_file, "is an existing file")):
+        assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(corpus),
+                         "--output", str(out), "--no-faiss"]) == 2
+        err = _error_line(capsys.readouterr().err)
+        assert err.startswith("error: --output: ") and expected in err, err
+    assert sorted(p.name for p in busy.iterdir()) == ["todo.txt"] and a_file.read_text() == "x\n"
+
+
+@pytest.mark.parametrize("kind", ["ivf", "ivfpq"])
+def test_index_of_an_input_without_sentences_is_one_error_and_writes_nothing(tmp_path, tiny_bert_dir, kind, capsys):
+    pytest.importorskip("faiss")
+    empty = tmp_path / "blank.txt"
+    empty.write_text("\n  \n\n")
+    out = tmp_path / "idx"
+    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(empty),
+                     "--output", str(out), "--kind", kind]) == 2
+    err = _error_line(capsys.readouterr().err)
+    assert "learns its clusters from the vectors it indexes, and none were given" in err, err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["blank.txt"]
+    tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+    tool.build_index(SENTENCES, use_faiss=False)
+    with pytest.raises(ValueError, match="none were given"):
+        tool.build_index(str(empty), kind=kind)
+    assert tool.index.ntotal == len(SENTENCES) and tool.search(SENTENCES[0], top_k=1)[0][0] == SENTENCES[0]
+
+
+def test_fast_is_kind_ivf_and_conflicts_are_named_by_the_options_given(tmp_path, tiny_bert_dir, capsys):
+    pytest.importorskip("faiss")
+    from conftest import random_sentences
+
+    big = tmp_path / "big.txt"
+    big.write_text("\n".join(random_sentences(200, seed=2)) + "\n")
+    configs = []
+    for flag in (["--fast"], ["--kind", "ivf"]):
+        out = tmp_path / flag[-1].lstrip("-")
+        assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(big),
+                         "--output", str(out), *flag]) == 0
+        configs.append(json.loads((out / "index_config.json").read_text()))
+    assert configs[0] == configs[1] and configs[0]["kind"] == "faiss_ivf"
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["index"].format_help()
+    assert "the same as --kind ivf" in " ".join(help_text.split())
+    for argv, expected in ((["--fast", "--kind", "hnsw"], "--fast is --kind ivf; it conflicts with --kind hnsw: give one of them"),
+                           (["--fast", "--hnsw-m", "8"], "--hnsw-m does not apply to --fast (--kind ivf)"),
+                           (["--kind", "hnsw", "--nlist", "4"], "--nlist does not apply to --kind hnsw"),
+                           (["--nprobe", "4"], "--nprobe does not apply to the default --kind exact")):
+        assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(big),
+                         "--output", str(tmp_path / "x"), *argv]) == 2
+        assert _error_line(capsys.readouterr().err) == f"error: {expected}"
+    tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+    with pytest.raises(ValueError, match=r"faiss_fast=True asks for an IVF index, but kind='hnsw'"):
+        tool.build_index(SENTENCES, faiss_fast=True, kind="hnsw")

@@ -189,6 +189,10 @@ def _jsonl_rows(p: Path, column: str | None) -> Iterator[tuple[int, str]]:
             raise ValueError(f"{p}:{n}: a JSON {type(value).__name__}, not an object with field {column!r}")
         if not isinstance(value, str):
             raise ValueError(f"{p}:{n}: expected a string sentence, got JSON {type(value).__name__} {str(value)[:40]!r}")
+        bad = lone_surrogate(value)
+        if bad is not None:
+            raise ValueError(f"{p}:{n}: the sentence holds {bad} (a \\u escape without its pair); expected valid "
+                             "Unicode")
         yield n, value
 
 
@@ -205,8 +209,21 @@ def iter_sentences(path: Path, column: str | None = None) -> Iterator[str]:
             yield line
 
 
+def lone_surrogate(text: str) -> str | None:
+    """None when ``text`` is valid Unicode, else a phrase naming its first lone UTF-16 surrogate and where it is
+    (``"a lone UTF-16 surrogate U+D83D at character 5"``): what a JSON ``"\\ud83d"`` without its pair (an emoji
+    cut in half) decodes to. Such a str cannot be encoded as UTF-8, so no tokenizer can read it.
+    The one check behind :func:`check_sentences`, the JSONL reader and ``simcse serve``'s text checks."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return f"a lone UTF-16 surrogate U+{ord(text[e.start]):04X} at character {e.start}"
+
+
 def check_sentences(sentences, name: str = "sentences") -> tuple[list[str], bool]:
-    """Return (list of sentences, was a single str). TypeError/ValueError name the bad position.
+    """Return (list of sentences, was a single str). TypeError/ValueError name the bad position: not a str, blank,
+    or holding a lone UTF-16 surrogate (:func:`lone_surrogate`).
 
     Accepts a str, a list/tuple (any ``collections.abc.Sequence`` but bytes), a 1-d numpy array of str, or
     an object with ``tolist()`` (a pandas Series or Index of str).
@@ -231,4 +248,7 @@ def check_sentences(sentences, name: str = "sentences") -> tuple[list[str], bool
             raise TypeError(f"{where} must be a str, got {type(s).__name__}")
         if not s.strip():
             raise ValueError(f"{where} is empty or only whitespace")
+        bad = lone_surrogate(s)
+        if bad is not None:
+            raise ValueError(f"{where} holds {bad}, which is not text; expected valid Unicode (UTF-8 encodable)")
     return [str(s) for s in items], single

@@ -29,6 +29,23 @@ from simcse.models.modeling import SimCSEModel
 from simcse.models.st_files import ST_FILES, ST_POOLING_MODES, mlp_at_inference, write_sentence_transformers_files
 
 
+def source_folder(model: SimCSEModel) -> Path | None:
+    """The local folder ``model`` was loaded from (its encoder config's ``_name_or_path``), or None."""
+    name = getattr(getattr(model.encoder, "config", None), "_name_or_path", "") or ""
+    return Path(name).resolve() if name and Path(name).is_dir() else None
+
+
+def check_not_source(model: SimCSEModel, output_dir: str | os.PathLike, what: str) -> None:
+    """The rule of every export: it never changes the model it exports. ValueError when ``output_dir`` is the
+    folder ``model`` was loaded from (only the ONNX export, which adds ``onnx/`` and nothing else, may go there).
+    """
+    src = source_folder(model)
+    if src is not None and Path(output_dir).resolve() == src:
+        raise ValueError(f"the output {str(output_dir)!r} is the folder the model was loaded from; {what} would "
+                         "rewrite that model's files: give a new folder (an ONNX export may go into the model's "
+                         "own folder: it only adds onnx/)")
+
+
 def _as_model(model: SimCSEModel | str | os.PathLike) -> SimCSEModel:
     if isinstance(model, SimCSEModel):
         return model
@@ -46,11 +63,13 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
 
     Args:
         model: a :class:`SimCSEModel` or a folder it loads from.
-        output_dir: created if needed; files of the same names are replaced.
+        output_dir: created if needed; files of the same names are replaced. Not the folder ``model`` was
+            loaded from (:func:`check_not_source`).
         max_seq_length: truncation (tokens) that sentence-transformers will use; capped at the model's limit.
 
     Raises:
-        ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent.
+        ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent;
+            ``output_dir`` is the model's own folder.
     """
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
@@ -61,6 +80,7 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
     out = Path(output_dir)
+    check_not_source(model, out, "a sentence-transformers export")
     with writing("the sentence-transformers export", out.parent):  # save_pretrained is atomic
         model.save_pretrained(out)  # encoder + tokenizer + simcse files + sentence-transformers modules
         write_sentence_transformers_files(model, out, max_seq_length=max_seq_length)
@@ -117,10 +137,12 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
 
     Raises:
         ValueError: the ``cls`` MLP is used at inference but the encoder has no pooler of shape (H, H) to
-            hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`.
+            hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`; ``output_dir``
+            is the model's own folder (:func:`check_not_source`).
     """
     model = _as_model(model)
     out = Path(output_dir)
+    check_not_source(model, out, "a Hugging Face export")
     with writing("the Hugging Face export", out.parent):  # written in a temporary sibling, moved in
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))

@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simcse.models.folder import model_fingerprint
+
 ONNX_SUBDIR = "onnx"
 ONNX_FP32_NAME = "simcse.onnx"
 ONNX_INT8_NAME = "simcse_int8.onnx"
@@ -117,16 +119,18 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
 
     Args:
         model: a :class:`simcse.SimCSEModel` or a folder it loads from.
-        output_dir: created if needed; may be the model's own folder (the ONNX files go to ``onnx/``).
+        output_dir: created if needed; may be the model's own folder: then only ``onnx/`` is written and the
+            model's files (``simcse_config.json``, tokenizer, weights) stay as they are, so exporting never changes
+            the source model (the graph's pooler is recorded in ``onnx/simcse_onnx.json``).
         quantize: None (fp32 only) or ``"int8"`` (also ``onnx/simcse_int8.onnx``).
         optimize: run onnxruntime's transformer fusions for BERT-like encoders (same numbers, faster).
         opset: ONNX opset.
 
     Raises:
-        ValueError: an unknown ``quantize``; a model without tokenizer.
+        ValueError: an unknown ``quantize``; a model without tokenizer; ``output_dir`` holds another model.
         ImportError: onnx/onnxruntime are missing.
     """
-    from simcse.interop.export import _as_model
+    from simcse.interop.export import _as_model, source_folder
 
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"quantize must be None or one of {list(QUANTIZE_CHOICES)}, got {quantize!r}")
@@ -137,6 +141,10 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         raise ValueError("the model has no tokenizer; ONNX export needs one to name and trace its inputs")
     input_names = [k for k in model.tokenizer.model_input_names if k in ("input_ids", "attention_mask", "token_type_ids")]
     out = Path(output_dir)
+    holds_model = (out / "config.json").is_file()  # e.g. the model's own folder: never changed (only onnx/ added)
+    if holds_model and source_folder(model) != out.resolve():
+        raise ValueError(f"{str(out)!r} holds another model (config.json) than the one exported; its tokenizer would "
+                         "not be this model's: give a new folder or the model's own folder")
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".onnx-tmp-", dir=out))
     try:
@@ -150,10 +158,12 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
                 "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
                 "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
-                "ort_optimized": bool(optimized), "opset": opset}
+                "ort_optimized": bool(optimized), "opset": opset,
+                "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
         (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        model.tokenizer.save_pretrained(out)
-        (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
+        if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
+            model.tokenizer.save_pretrained(out)
+            (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
         dest = out / ONNX_SUBDIR
         dest.mkdir(exist_ok=True)
         for f in sorted(tmp.iterdir()):
@@ -207,6 +217,22 @@ class ONNXEncoder:
         self.input_names = list(self.meta["input_names"])
         self.device = torch.device("cpu")
         self.training = False
+
+    def fingerprint(self) -> str:
+        """The identity of what this encoder computes (:func:`simcse.models.folder.model_fingerprint`): the fp32
+        graph's is the exported torch model's (recorded at export; they agree to 1e-6), so an index built with
+        either can be searched with the other; the int8 graph (or an export without the record) is identified
+        by a SHA-256 of its file."""
+        rec = self.meta.get("model_fingerprint")
+        if rec and self.onnx_file.name == ONNX_FP32_NAME:
+            return rec
+        import hashlib
+
+        h = hashlib.sha256(self.pooler_type.encode())
+        with open(self.onnx_file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return "sha256:" + h.hexdigest()
 
     # the torch-module calls SimCSE makes; the session only runs on CPU
     def to(self, device):

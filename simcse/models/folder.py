@@ -158,6 +158,48 @@ def _pooler_dense(hf_pooler) -> nn.Linear | None:
     return dense if isinstance(dense, nn.Linear) else None
 
 
+def model_fingerprint(model) -> str:
+    """What a model computes, as ``"sha256:<hex>"``: the one identity of a model for every record that ties
+    vectors to the model that made them (shard runs of ``simcse encode``, indexes built from shards, saved
+    indexes).
+
+    It hashes the content, not the location: every weight tensor and buffer that encoding uses (name, dtype,
+    shape, bytes, in name order; not an MLM head, nor the MLP of an ``mlp_only_train`` model), the pooler, ``mlp_only_train`` and the tokenizer's class and vocabulary. So the same folder
+    spelled ``./model`` or by its absolute path, or copied elsewhere, has one fingerprint, and a model
+    retrained in place into the same folder has another. Cost: one SHA-256 pass over the weights (the
+    ``SimCSE`` tool computes it once, when first needed). An object with its own ``fingerprint()`` (the ONNX
+    encoder) gives that.
+
+    Args:
+        model: a :class:`simcse.SimCSEModel` (any ``nn.Module`` with ``pooler_type``) or an object with a
+            ``fingerprint()`` method.
+
+    Raises:
+        TypeError: ``model`` is neither.
+    """
+    import hashlib
+
+    own = getattr(model, "fingerprint", None)
+    if callable(own):
+        return own()
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model_fingerprint takes a SimCSEModel, got {type(model).__name__}")
+    h = hashlib.sha256()
+    h.update(json.dumps({"pooler_type": getattr(model, "pooler_type", None),
+                         "mlp_only_train": bool(getattr(model, "mlp_only_train", False))}, sort_keys=True).encode())
+    state = model.state_dict()
+    unused = ("mlm_head.",) + (("mlp.",) if getattr(model, "mlp_only_train", False) else ())  # not in encode()
+    for name in sorted(k for k in state if not k.startswith(unused)):
+        t = state[name].detach()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        h.update(type(tok).__name__.encode())
+        h.update(json.dumps(sorted(tok.get_vocab().items())).encode("utf-8", "surrogatepass"))
+    return "sha256:" + h.hexdigest()
+
+
 class SavedFolder:
     """save_pretrained / from_pretrained / load_weights of :class:`simcse.SimCSEModel` (see the module)."""
 

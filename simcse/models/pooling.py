@@ -149,3 +149,30 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
             frozenset({"pooling_mode_cls_token"}): "cls_before_pooler"}.get(frozenset(modes))
     return (name, str(pcfg_file)) if name else None
+
+
+def pooler_for(model_name_or_path, pooler: str | None, option: str = "pooler=",
+               override_hint: str = "SimCSEModel.from_pretrained(..., pooler_type=...) loads a model with another "
+                                    "pooler on purpose") -> str | None:
+    """The pooler to load ``model_name_or_path`` with: the one its folder records (:func:`recorded_pooler`), else
+    ``pooler`` (None: the loader's default). The one rule of ``SimCSE(...)``, the command line (``--pooler``) and
+    ``simcse export``: a pooler that disagrees with the recorded one is an error, never a silent change of what
+    the model encodes.
+
+    Args:
+        option: how the caller's argument is spelled in the message (``"pooler="``, ``"--pooler "``).
+        override_hint: how to load with another pooler on purpose (said in the message).
+
+    Raises:
+        ValueError: an unknown pooler name; ``pooler`` differs from the recorded one.
+    """
+    if pooler is not None:
+        get_pooler(pooler)  # an unknown name fails first, with the list of poolers
+    rec = recorded_pooler(model_name_or_path)
+    if rec is None:
+        return pooler
+    if pooler is not None and pooler != rec[0]:
+        shown = f"{option}{pooler!r}" if option.endswith("=") else f"{option}{pooler}"
+        raise ValueError(f"{shown} differs from the pooler {str(model_name_or_path)!r} records ({rec[0]!r}, in "
+                         f"{rec[1]}); drop {option.strip()} to use it ({override_hint})")
+    return rec[0]

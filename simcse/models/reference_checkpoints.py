@@ -98,3 +98,25 @@ def missing_pooler_message(path: str) -> str:
     return (f"{path!r} is a reference SimCSE trainer checkpoint (mlp.dense.* keys, no simcse_config.json), which "
             "does not record its pooler: pass it (--pooler / pooler_type): 'cls' for a supervised model, "
             "'cls_before_pooler' for an unsupervised one trained with --mlp_only_train")
+
+
+def conversion_pooler(pooler: str, mlp_only_train: bool, has_mlp: bool) -> tuple[str, bool, str | None]:
+    """How a reference trainer checkpoint is converted for ``pooler`` / ``mlp_only_train``:
+    ``(pooler_type, mlp_only_train, note)``.
+
+    The rule: a checkpoint's trained MLP (``mlp.dense.*``) is kept whenever the run asked for it. The reference's
+    unsupervised recipe trains with ``--pooler_type cls --mlp_only_train`` and evaluates ``cls_before_pooler``;
+    so ``cls_before_pooler`` with ``mlp_only_train`` becomes ``cls`` with ``mlp_only_train``, which encodes
+    exactly as ``cls_before_pooler`` (the MLP is used in training only, paper Section 3) and keeps the MLP for
+    further training. A pooler without an MLP and no ``mlp_only_train`` drops it; ``note`` then says so (None
+    when nothing needs saying).
+    """
+    if pooler == "cls_before_pooler" and mlp_only_train:
+        return "cls", True, ("pooler cls_before_pooler with mlp_only_train is recorded as pooler cls with "
+                             "mlp_only_train: it encodes as cls_before_pooler and keeps the checkpoint's MLP "
+                             "(mlp.dense.*) for further training" if has_mlp else None)
+    if has_mlp and pooler != "cls":
+        return pooler, mlp_only_train, (f"the checkpoint's MLP (mlp.dense.*) is not kept: pooler {pooler} has none; "
+                                        "pass --pooler cls --mlp_only_train to keep it (it then encodes as "
+                                        "cls_before_pooler)")
+    return pooler, mlp_only_train, None

@@ -78,6 +78,10 @@ class VectorIndex:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
         self.dim = int(dim)
+        #: the coarsest dtype the vectors passed through before they were indexed ("float32", or "float16" for
+        #: shards written in float16 and an IVF-PQ index's re-ranking copies): the scores' rounding follows it
+        #: (:func:`simcse.retrieval.scoring.clip_cosine`). Saved in ``index_config.json``.
+        self.vector_dtype = "float32"
 
     # -- to implement
     @property
@@ -147,7 +151,8 @@ class VectorIndex:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.finalize()
-        cfg = {"format_version": INDEX_FORMAT_VERSION, "kind": self.kind, "dim": self.dim, "ntotal": self.ntotal}
+        cfg = {"format_version": INDEX_FORMAT_VERSION, "kind": self.kind, "dim": self.dim, "ntotal": self.ntotal,
+               "vector_dtype": self.vector_dtype}
         cfg.update(self._save(folder))
         (folder / INDEX_CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
 
@@ -303,8 +308,18 @@ class FaissIVFIndex(VectorIndex):
             self.finalize()
 
     def finalize(self) -> None:
-        if self.index is not None or self._n_pending == 0:
+        """Train on the buffered vectors (then add them) unless trained already.
+
+        Raises:
+            ValueError: no vector was added: an IVF index learns its clusters from its vectors, so an empty one
+                cannot be made searchable or saved (it would be an untrained index that fails when loaded).
+        """
+        if self.index is not None:
             return
+        if self._n_pending == 0:
+            raise ValueError(f"an {self.kind.replace('faiss_', '').upper()} index learns its clusters from the vectors "
+                             "it indexes, and none were given (the input holds no sentence): index at least one "
+                             "sentence, or use an exact index")
         self.train(np.concatenate(self._pending))  # trains, then adds the pending vectors
 
     def _default_nprobe(self, nlist: int) -> int:
@@ -462,6 +477,8 @@ class FaissIVFPQIndex(FaissIVFIndex):
                          _index=_index)
         self.m, self.nbits, self.refine_factor = m, int(nbits), int(refine_factor)
         self._refine = _refine if _refine is not None or self.refine_factor == 1 else _DiskVectors(self.dim)
+        if self._refine is not None:  # exact re-ranking scores come from float16 copies
+            self.vector_dtype = "float16"
 
     def _default_nprobe(self, nlist: int) -> int:
         # about nlist / 32 as a power of two (128 for the 4,000 lists of 1M vectors), at least 16: the setting
@@ -641,6 +658,7 @@ def load_index(folder: str | os.PathLike) -> VectorIndex:
     if kind not in _KINDS:
         raise ValueError(f"{f}: unknown index kind {kind!r}; expected one of {sorted(_KINDS)}")
     idx = _KINDS[kind]._load(folder, cfg)
+    idx.vector_dtype = cfg.get("vector_dtype", idx.vector_dtype)
     if idx.ntotal != cfg.get("ntotal", idx.ntotal):
         raise ValueError(f"{folder}: the config says {cfg['ntotal']} vectors, the index file holds {idx.ntotal}")
     return idx

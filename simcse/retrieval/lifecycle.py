@@ -20,8 +20,8 @@ import torch
 
 from simcse.files.inputs import check_sentences, iter_sentences
 from simcse.files.storage import writing
-from simcse.retrieval.index import INDEX_CONFIG_NAME, load_index, make_index
-from simcse.retrieval.scoring import clip_cosine
+from simcse.retrieval.index import INDEX_CONFIG_NAME, KIND_ALIASES, load_index, make_index
+from simcse.retrieval.scoring import search_index
 from simcse.retrieval.shards import ShardSet, index_from_shards, is_shard_folder
 from simcse.retrieval.store import SentenceStore, is_store
 
@@ -43,8 +43,7 @@ def _chunks(it, size: int) -> Iterator[list]:
 def _replace_folder(folder: Path, write) -> None:
     """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
     folder = Path(folder)
-    if folder.exists() and not (folder.is_dir() and (not any(folder.iterdir()) or (folder / INDEX_CONFIG_NAME).is_file())):
-        raise ValueError(f"{folder} exists and is not a saved index (nor an empty folder); not replacing it")
+    check_index_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     try:
@@ -70,15 +69,25 @@ def same_model_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return str(a).rstrip("/") == str(b).rstrip("/")
 
 
-def _check_folder_target(folder: Path) -> None:
-    """FileExistsError (one clear line) when ``folder`` or a folder above it is an existing non-folder."""
+def check_index_target(folder: str | os.PathLike) -> None:
+    """The rule for where an index may be saved, checked by :meth:`IndexLifecycle.save_index` and by ``simcse
+    index`` before anything is encoded: a new folder, an empty one, or a saved index (replaced).
+
+    Raises:
+        FileExistsError: ``folder`` or a folder above it is an existing file (one clear line).
+        ValueError: ``folder`` is an existing folder that is neither empty nor a saved index.
+    """
+    folder = Path(folder)
     for p in (folder, *folder.parents):
         if p.exists():
             if not p.is_dir():
                 where = "is" if p == folder else f"lies under {str(p)!r}, which is"
                 raise FileExistsError(f"cannot save the index into {str(folder)!r}: it {where} an existing file, "
                                       "not a folder; give a new folder or an index folder to overwrite")
-            return
+            break
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / INDEX_CONFIG_NAME).is_file():
+        raise ValueError(f"{folder} exists and is not a saved index (nor an empty folder); not replacing it: give a "
+                         "new folder, an empty one or an index folder to overwrite")
 
 
 def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str | None) -> tuple[str, str | None]:
@@ -98,7 +107,8 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
             raise ValueError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
                                                                else "is missing") + ": pass --model")
         model = rec_model
-    elif rec_model is not None and Path(rec_model).exists() and not same_model_path(model, rec_model):
+    elif rec_model is not None and meta.get("model_fingerprint") is None and Path(rec_model).exists() \
+            and not same_model_path(model, rec_model):  # older indexes; else load_index compares the content
         raise ValueError(f"--model {model} differs from the model the index was built with ({rec_model}, "
                          f"{meta_file}); drop --model to use it")
     return model, pooler if pooler is not None else rec_pooler
@@ -116,6 +126,13 @@ def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[
     if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
         raise ValueError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
     return model, pooler
+
+
+def _check_fast_and_kind(faiss_fast: bool, kind: str | None) -> None:
+    """ValueError when ``faiss_fast`` (an IVF index) is combined with another ``kind``."""
+    if faiss_fast and kind is not None and KIND_ALIASES.get(kind, kind) != "faiss_ivf":
+        raise ValueError(f"faiss_fast=True asks for an IVF index, but kind={kind!r} asks for another kind; give one "
+                         "of them")
 
 
 class IndexLifecycle:
@@ -137,9 +154,11 @@ class IndexLifecycle:
                 or a folder of shards written by ``simcse encode --output DIR`` (:mod:`simcse.retrieval.shards`; nothing
                 is encoded again). Blank lines and cells are skipped.
             use_faiss: True: faiss (ImportError when missing); False: numpy; None: faiss when installed.
-            faiss_fast: an approximate IVF index with the inner-product metric (see
-                :class:`simcse.retrieval.index.FaissIVFIndex`) with ``num_cells`` clusters and ``num_cells_in_search``
-                probes (as the reference); exact search otherwise. Same as ``kind="ivf"``.
+            faiss_fast: the reference's approximate index: an IVF index with the inner-product metric (see
+                :class:`simcse.retrieval.index.FaissIVFIndex`) with ``nlist`` = ``num_cells`` (100) clusters and
+                ``nprobe`` = ``num_cells_in_search`` (10) probes unless given. ``kind="ivf"`` alone is the same index
+                with the sizes of :class:`~simcse.retrieval.index.FaissIVFIndex` (about ``4 * sqrt(N)`` clusters);
+                ``simcse index --fast`` is ``--kind ivf``. With another ``kind`` it is a ValueError.
             device: encode on this device (as :meth:`encode`); the index itself is on the CPU.
             batch_size: encoding batch size.
             column: (keyword-only) the sentence column/field of a CSV, TSV or JSONL file.
@@ -157,24 +176,27 @@ class IndexLifecycle:
         Raises:
             FileNotFoundError: a path that is not a file or a finished shard folder.
             TypeError/ValueError: a bad sentence (its position is named); a bad file record (file:line named);
-                shards of another hidden size.
+                shards of another hidden size, pooler or model (:attr:`model_fingerprint`); ``faiss_fast`` with a
+                ``kind`` other than IVF; an IVF/IVF-PQ index of an input with no sentence (nothing to train on;
+                the previous index stays).
         """
+        _check_fast_and_kind(faiss_fast, index_kwargs.get("kind"))
+        if faiss_fast:  # the reference's sizes, for sentences and shards alike
+            index_kwargs.setdefault("nlist", self.num_cells)
+            index_kwargs.setdefault("nprobe", min(self.num_cells_in_search, index_kwargs["nlist"] or self.num_cells))
         if isinstance(sentences_or_file_path, (str, os.PathLike)) and is_shard_folder(sentences_or_file_path):
             self._build_index_from_shards(Path(sentences_or_file_path), use_faiss, faiss_fast, index_kwargs)
             return
-        if faiss_fast:
-            index_kwargs.setdefault("nlist", self.num_cells)
-            index_kwargs.setdefault("nprobe", min(self.num_cells_in_search, index_kwargs["nlist"] or self.num_cells))
         index = make_index(self.hidden_size, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         old = self.index, self.sentences
         self.index, self.sentences, self._index_folder = index, [], None
         try:
             self.add_to_index(sentences_or_file_path, device, batch_size, column=column, chunk_size=chunk_size,
                               show_progress=show_progress)
+            self.index.finalize()  # an IVF index with no vector cannot be trained: ValueError, the old index stays
         except BaseException:
             self.index, self.sentences = old
             raise
-        self.index.finalize()
 
     def _build_index_from_shards(self, folder: Path, use_faiss, faiss_fast, index_kwargs) -> None:
         shards = ShardSet(folder)
@@ -183,11 +205,29 @@ class IndexLifecycle:
         if shards.manifest.get("pooler") not in (None, self.pooler):
             raise ValueError(f"{folder} was encoded with pooler {shards.manifest['pooler']!r} but this model uses "
                              f"{self.pooler!r}: load the model with pooler={shards.manifest['pooler']!r}")
+        self._check_same_model(shards.manifest.get("model_fingerprint"), shards.manifest.get("model"),
+                               f"the shards in {folder} were encoded by")
         index = index_from_shards(shards, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         store = SentenceStore.temporary()
         for chunk in _chunks(shards.iter_sentences(), 100_000):
             store.extend(chunk)
         self.index, self.sentences, self._index_folder = index, store, None
+
+    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
+        """ValueError unless the model that made some stored vectors is this tool's model: compared by
+        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
+        both folders exist. Queries encoded by another model would search vectors they do not match."""
+        if recorded_fingerprint is not None:
+            if recorded_fingerprint == self.model_fingerprint:
+                return
+        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
+                  and Path(self.model_name_or_path).exists()
+                  and not same_model_path(self.model_name_or_path, recorded_model)):
+            return
+        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
+        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
+        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
+                         "of another model: load that model, or encode the corpus again with this one")
 
     def _writable_sentences(self):
         """The sentence store to append to: a new temporary one (with the current sentences copied in)
@@ -260,7 +300,7 @@ class IndexLifecycle:
 
         Returns:
             for a str: ``[(sentence, score), ...]`` sorted by decreasing score (score: float cosine in
-            [-1, 1], :func:`clip_cosine`); for a sequence: one such list per query, in order.
+            [-1, 1], :func:`simcse.retrieval.scoring.clip_cosine`); for a sequence: one such list per query, in order.
 
         Raises:
             RuntimeError: no index was built or loaded, or it is empty.
@@ -276,12 +316,20 @@ class IndexLifecycle:
         if not items:
             return []
         q = self.encode(items, return_numpy=True, normalize_to_unit=True, **encode_kwargs)
-        scores, ids = self.index.search(q, top_k)
-        scores = clip_cosine(scores)
-        results = []
-        for srow, irow in zip(scores, ids):
-            results.append([(self.sentences[i], float(s)) for s, i in zip(srow, irow) if i >= 0 and s >= threshold])
+        results = [[(self.sentences[i], s) for i, s in hits] for hits in self.search_vectors(q, top_k, threshold)]
         return results[0] if single else results
+
+    def search_vectors(self, queries: np.ndarray, top_k: int, threshold: float) -> list[list[tuple[int, float]]]:
+        """For each unit query vector, ``[(id, cosine), ...]`` of its ``top_k`` nearest indexed vectors with
+        cosine >= ``threshold``, best first: :func:`simcse.retrieval.scoring.search_index` (scores in [-1, 1],
+        rounded as the stored dtype allows), the one search path of :meth:`search` and ``simcse serve``.
+
+        Args:
+            queries: float32 (Q, H) unit rows.
+        """
+        scores, ids = search_index(self.index, queries, top_k)
+        return [[(int(i), float(s)) for s, i in zip(srow, irow) if i >= 0 and s >= threshold]
+                for srow, irow in zip(scores, ids)]
 
     def save_index(self, folder: str | os.PathLike) -> None:
         """Write the index, the sentences (an on-disk :class:`simcse.retrieval.store.SentenceStore`:
@@ -297,18 +345,19 @@ class IndexLifecycle:
         Raises:
             RuntimeError: there is no index.
             FileExistsError: ``folder`` (or a folder above it) is an existing file; nothing is written.
+            ValueError: ``folder`` is a non-empty folder that is not a saved index (:func:`check_index_target`).
             simcse.files.storage.WriteError: disk full, file size limit, read-only or failing storage (one line
                 naming the folder and the space needed vs free).
         """
         if self.index is None:
             raise RuntimeError("no index to save: call build_index(...) first")
         folder = Path(folder)
-        _check_folder_target(folder)
+        check_index_target(folder)
         model_ref = self.model_name_or_path
         if model_ref and Path(model_ref).exists():
             model_ref = str(Path(model_ref).resolve())
-        meta = {"model_name_or_path": model_ref, "pooler": self.pooler, "hidden_size": self.hidden_size,
-                "num_sentences": len(self.sentences)}
+        meta = {"model_name_or_path": model_ref, "model_fingerprint": self.model_fingerprint, "pooler": self.pooler,
+                "hidden_size": self.hidden_size, "num_sentences": len(self.sentences)}
 
         def write(tmp: Path) -> None:
             self.index.save(tmp)
@@ -333,7 +382,8 @@ class IndexLifecycle:
             ValueError: its vectors do not match this model's hidden size, the sentence count differs, or the
                 index records another pooler than this model's (its vectors were made with that pooler, so
                 queries encoded with this one would score wrongly; load the model with the index's pooler), or
-                another local model folder than this tool's (both folders existing).
+                another model than this tool's: another :attr:`model_fingerprint` (content: a copy of the model
+                folder is the same model), or, for indexes saved before fingerprints, another existing folder.
         """
         folder = Path(folder)
         index = load_index(folder)
@@ -355,10 +405,7 @@ class IndexLifecycle:
             if meta.get("pooler") not in (None, self.pooler):
                 raise ValueError(f"index {folder} was built with pooler {meta['pooler']!r} but this model uses "
                                  f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
-            rec = meta.get("model_name_or_path") or ""
-            if rec and self.model_name_or_path and Path(rec).exists() and Path(self.model_name_or_path).exists() \
-                    and not same_model_path(self.model_name_or_path, rec):
-                raise ValueError(f"index {folder} was built with the model {rec}; this tool runs "
-                                 f"{self.model_name_or_path}: load that model to search it")
+            self._check_same_model(meta.get("model_fingerprint"), meta.get("model_name_or_path") or None,
+                                   f"index {folder} was built with")
         self.index, self.sentences = index, sentences
         self._index_folder = folder.resolve()

@@ -7,26 +7,62 @@ import torch
 
 from simcse.files.inputs import check_sentences
 
-# Cosines of unit vectors computed in float32 carry a rounding error of about sqrt(H) * 2**-24; a score
-# within this of +-1 is reported as +-1, so that a sentence's exact duplicate scores 1.0.
-COSINE_ROUNDING = 1e-5
+#: How far a computed cosine of unit vectors may be from the exact one, by the dtype the indexed vectors are
+#: stored in; a score within this of +-1 is reported as +-1, so that a sentence's exact duplicate scores 1.0.
+#: float32: float32 dot products of unit vectors deviate by about sqrt(H) * 2**-24 (measured: up to 4.8e-7 for
+#: H = 384, ``scripts/measure_cosine_rounding.py``). float16 (shards written with ``--dtype float16``, the
+#: re-ranking copies of an IVF-PQ index): rounding a unit vector q to float16 moves q . fl(q) by at most
+#: float16's unit roundoff 2**-11 (sum q_i**2 * d_i with |d_i| <= 2**-11); twice that covers it and the float32
+#: sum. This table is the one statement of the rule: every consumer (``SimCSE.search``/``similarity``,
+#: ``simcse search``, ``simcse serve``) scores through :func:`clip_cosine` / :func:`search_index`.
+COSINE_ROUNDING = {"float32": 1e-5, "float16": 2.0 ** -10}
 
-def clip_cosine(scores):
+
+def cosine_rounding(stored_dtype="float32") -> float:
+    """The tolerance of :data:`COSINE_ROUNDING` for vectors stored as ``stored_dtype`` (a name or numpy dtype).
+
+    Raises:
+        ValueError: a dtype the table does not hold.
+    """
+    name = np.dtype(stored_dtype).name
+    if name not in COSINE_ROUNDING:
+        raise ValueError(f"no cosine rounding rule for vectors stored as {name}; expected one of {sorted(COSINE_ROUNDING)}")
+    return COSINE_ROUNDING[name]
+
+
+def clip_cosine(scores, stored_dtype="float32"):
     """Cosine scores (float or array of any shape) put into [-1, 1].
 
-    Values beyond +-1 by float rounding become +-1, and so do values within :data:`COSINE_ROUNDING` of
-    +-1 (float32 dot products of unit vectors deviate from the exact cosine by up to about
-    ``sqrt(H) * 6e-8``; ``scripts/measure_cosine_rounding.py`` measured up to 1 + 4.8e-7 for H = 384).
+    Values beyond +-1 by float rounding become +-1, and so do values within ``cosine_rounding(stored_dtype)``
+    of +-1 (:data:`COSINE_ROUNDING`: 1e-5 when the vectors were stored in float32, 2**-10 in float16).
     NaN and -inf (an empty result slot) are left as they are. Returns the same type (float -> float,
     array -> float32 array).
     """
     if isinstance(scores, (float, int, np.floating)):
-        return float(clip_cosine(np.array([scores], dtype=np.float64))[0])
+        return float(clip_cosine(np.array([scores], dtype=np.float64), stored_dtype)[0])
+    tol = cosine_rounding(stored_dtype)
     a = np.array(scores, dtype=np.float32, copy=True)
     finite = np.isfinite(a)
-    a[finite & (a >= 1.0 - COSINE_ROUNDING)] = 1.0
-    a[finite & (a <= -1.0 + COSINE_ROUNDING)] = -1.0
+    a[finite & (a >= 1.0 - tol)] = 1.0
+    a[finite & (a <= -1.0 + tol)] = -1.0
     return a
+
+
+def search_index(index, queries: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search(queries, top_k)`` with the scores put through :func:`clip_cosine` at the tolerance of the
+    dtype the index's vectors were stored in (``index.vector_dtype``): the one search path of the ``SimCSE``
+    tool, ``simcse search`` and ``simcse serve``.
+
+    Args:
+        index: a :class:`simcse.retrieval.index.VectorIndex` of unit vectors.
+        queries: float32 (Q, H) unit rows.
+        top_k: results per query.
+
+    Returns:
+        scores float32 (Q, k) in [-1, 1] (-inf for an empty slot), ids int64 (Q, k) (-1 for an empty slot).
+    """
+    scores, ids = index.search(queries, top_k)
+    return clip_cosine(scores, getattr(index, "vector_dtype", "float32")), ids
 
 
 # -------------------------------------------------------------------------------------- similarity

@@ -15,7 +15,9 @@ settings (model, pooler, dtype, normalisation, max_length, input file).
 * **Resume**: a rerun with the same settings skips every shard that has a sidecar (after checking that
   its text hash still matches the input) and encodes the rest; shards are encoded the same way whatever
   happened before, so the result equals an uninterrupted run. Other settings in the same folder are an
-  error, not a silent mix.
+  error, not a silent mix. The model is identified by its content (``model_fingerprint``,
+  :func:`simcse.models.folder.model_fingerprint`), not by how its path is spelled: the same folder given as
+  ``./model`` or by its absolute path resumes, a model retrained into the same folder is refused.
 * **Data parallel**: with ``RANK`` / ``WORLD_SIZE`` in the environment (``torchrun`` sets them) rank ``r``
   encodes the shards ``k`` with ``k % WORLD_SIZE == r``; every rank reads the file (reading is cheap next to
   encoding) and the last rank to finish writes the manifest, which is the one a single process writes.
@@ -156,12 +158,23 @@ def _rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
     return rank, world
 
 
+#: settings recorded for people but not compared on resume: the model's path is only how it was spelled
+#: (``./model`` or ``/abs/model``); the model itself is identified by ``model_fingerprint``
+DESCRIPTIVE_SETTINGS = ("model",)
+
+
 def _check_run(folder: Path, run: dict) -> None:
     """Write the run settings, or check them against those of the shards already in ``folder``."""
     f = folder / RUN_NAME
     if f.is_file():
         old = json.loads(f.read_text())
-        diff = sorted(k for k in set(old) | set(run) if old.get(k) != run.get(k))
+        diff = sorted(k for k in set(old) | set(run) if old.get(k) != run.get(k) and k not in DESCRIPTIVE_SETTINGS)
+        if "model_fingerprint" in diff:
+            raise ValueError(f"{folder} holds shards of another model than {run.get('model') or 'this one'} "
+                             f"(fingerprint {str(old.get('model_fingerprint'))[:19]} there, "
+                             f"{str(run.get('model_fingerprint'))[:19]} now: the model changed since, e.g. retrained "
+                             "in place); its vectors would not be this model's: encode into a new folder, or delete "
+                             f"{folder} to encode again")
         if diff:
             k = diff[0]
             raise ValueError(f"{folder} holds shards of another run ({k}: {old.get(k)!r} there, {run.get(k)!r} now); "
@@ -207,8 +220,9 @@ def encode_to_shards(
         encode: ``list[str] -> float32 (n, H)``, deterministic (e.g. ``SimCSE.encode`` with fixed options).
         input_path: UTF-8 sentence file: text, one sentence per line, or ``.csv``/``.tsv``/``.jsonl``.
         output_dir: folder for the shards (created); may hold an interrupted run of the same settings.
-        settings: what identifies the embeddings (model, pooler, normalize, max_length, ...); stored in
-            the manifest and compared on resume. Must be JSON-serialisable.
+        settings: what identifies the embeddings (``model_fingerprint``, pooler, normalize, max_length, ...);
+            stored in the manifest and compared on resume, except :data:`DESCRIPTIVE_SETTINGS` (``model``: the
+            path as given, for people). Must be JSON-serialisable.
         shard_size: records per shard (the last shard may be shorter).
         dtype: ``"float32"`` or ``"float16"`` for the stored arrays.
         skip_blank: drop blank lines (rows then follow the non-blank lines); otherwise a blank line is an error.
@@ -393,6 +407,8 @@ def index_from_shards(shards: ShardSet, use_faiss: bool | None = None, fast: boo
     if resolved in ("faiss_ivf", "faiss_ivfpq") and (use_faiss or use_faiss is None):
         params.setdefault("expected_size", max(1, len(shards)))
     index = make_index(shards.hidden_size, use_faiss=use_faiss, fast=fast, kind=kind, **params)
+    if shards.dtype == np.float16:  # the stored vectors were rounded to float16: scores round as such
+        index.vector_dtype = "float16"
     unit = bool(shards.manifest.get("normalize", True))
 
     def prep(a: np.ndarray) -> np.ndarray:

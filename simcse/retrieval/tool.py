@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from simcse.files.inputs import check_sentences, first_undecodable_line
+from simcse.models.folder import model_fingerprint
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import get_pooler, recorded_pooler
+from simcse.models.pooling import get_pooler, pooler_for
 from simcse.retrieval.lifecycle import IndexLifecycle
 from simcse.retrieval.scoring import clip_cosine, unit_rows
 
@@ -85,25 +86,6 @@ def _check_model_kwargs(kwargs: dict) -> None:
                         f"{', '.join(INIT_ARGS)} and the model-loading options {', '.join(MODEL_KWARGS)}")
 
 
-def _pooler_for(model_name_or_path, pooler: str | None) -> str | None:
-    """The pooler to load ``model_name_or_path`` with: the one its folder records
-    (:func:`simcse.models.pooling.recorded_pooler`), else ``pooler`` (None: the loader's default).
-
-    Raises:
-        ValueError: ``pooler`` differs from the recorded one (embeddings would not be the model's own).
-    """
-    if pooler is not None:
-        get_pooler(pooler)  # an unknown name fails first, with the list of poolers
-    rec = recorded_pooler(model_name_or_path)
-    if rec is None:
-        return pooler
-    if pooler is not None and pooler != rec[0]:
-        raise ValueError(f"pooler={pooler!r} differs from the pooler {str(model_name_or_path)!r} records "
-                         f"({rec[0]!r}, in {rec[1]}); drop pooler= to use it (SimCSEModel.from_pretrained("
-                         "..., pooler_type=...) loads a model with another pooler on purpose)")
-    return rec[0]
-
-
 class SimCSE(IndexLifecycle):
     """Sentence encoder with cosine similarity and nearest-neighbour search.
 
@@ -158,7 +140,7 @@ class SimCSE(IndexLifecycle):
             self.model = model_name_or_path
             self.model_name_or_path = getattr(model_name_or_path.encoder.config, "_name_or_path", "") or ""
         else:
-            pooler = _pooler_for(model_name_or_path, pooler)
+            pooler = pooler_for(model_name_or_path, pooler)
             self.model = SimCSEModel.from_pretrained(model_name_or_path, pooler_type=pooler, **model_kwargs)
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:
@@ -171,6 +153,7 @@ class SimCSE(IndexLifecycle):
         # (a plain list only for an index loaded from an older sentences.jsonl folder)
         self.sentences = []
         self._index_folder = None  # the folder load_index read, if any
+        self._fingerprint = None  # model_fingerprint(self.model), computed when first needed
 
     def _load_onnx(self, path, pooler: str | None, onnx_kwargs: dict) -> None:
         from simcse.interop.onnx import ONNXEncoder
@@ -188,6 +171,14 @@ class SimCSE(IndexLifecycle):
     def hidden_size(self) -> int:
         """Embedding size H."""
         return self.model.hidden_size
+
+    @property
+    def model_fingerprint(self) -> str:
+        """What this tool's model computes, as ``"sha256:<hex>"`` (:func:`simcse.models.folder.model_fingerprint`):
+        the identity that shard folders and saved indexes record and are checked against."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model)
+        return self._fingerprint
 
     @property
     def pooler(self) -> str:

@@ -9,6 +9,7 @@ import math
 import threading
 import time
 
+from simcse.files.inputs import lone_surrogate
 from simcse.version import __version__
 
 DEFAULT_TOP_K = 10
@@ -42,7 +43,8 @@ def check_text(value, name: str) -> str:
     """``value`` if it is a str with a non-blank character and at most :data:`MAX_TEXT_CHARS` characters.
 
     Raises:
-        RequestError (422): not a str, blank, or too long (the message names ``name``).
+        RequestError (422): not a str, blank, too long, or holding a lone UTF-16 surrogate
+            (:func:`simcse.files.inputs.lone_surrogate`; the message names ``name``, e.g. ``queries[2]``).
     """
     if not isinstance(value, str):
         raise RequestError(f"{name} must be a string, got {type(value).__name__}")
@@ -50,6 +52,10 @@ def check_text(value, name: str) -> str:
         raise RequestError(f"{name} is empty; expected a sentence")
     if len(value) > MAX_TEXT_CHARS:
         raise RequestError(f"{name} has {len(value)} characters; at most {MAX_TEXT_CHARS} are allowed")
+    bad = lone_surrogate(value)
+    if bad is not None:
+        raise RequestError(f"{name} holds {bad} (a \\u escape without its pair, e.g. an emoji cut in half); "
+                           "expected valid Unicode text")
     return value
 
 
@@ -132,24 +138,22 @@ class SearchService:
 
     def search(self, queries: list[str], top_k: int = DEFAULT_TOP_K,
                threshold: float = DEFAULT_THRESHOLD) -> list[list[dict]]:
-        """For each query, its ``top_k`` nearest indexed sentences with cosine >= ``threshold``.
+        """For each query, its ``top_k`` nearest indexed sentences with cosine >= ``threshold``, scored as
+        :meth:`simcse.SimCSE.search` scores (:func:`simcse.retrieval.scoring.search_index`: in [-1, 1], an exact
+        duplicate 1.0).
 
         Returns:
             one list per query of ``{"rank": 1.., "sentence": str, "score": float cosine}``, best first.
         """
         q = self._encode(queries)  # (Q, H) unit rows
-        scores, ids = self.tool.index.search(q, top_k)  # (Q, k) float32, int64
-        out = []
-        for srow, irow in zip(scores, ids):
-            hits = [(int(i), float(s)) for s, i in zip(srow, irow) if i >= 0 and s >= threshold]
-            out.append([{"rank": r, "sentence": self.tool.sentences[i], "score": s}
-                        for r, (i, s) in enumerate(hits, 1)])
-        return out
+        return [[{"rank": r, "sentence": self.tool.sentences[i], "score": s} for r, (i, s) in enumerate(hits, 1)]
+                for hits in self.tool.search_vectors(q, top_k, threshold)]  # the tool's scoring path
 
     def similarity(self, sentence1: str, sentence2: str) -> float:
-        """Cosine similarity of two sentences (float in [-1, 1])."""
-        a, b = self._encode([sentence1, sentence2])  # (H,), (H,) unit
-        return float(max(-1.0, min(1.0, float(a @ b))))
+        """Cosine similarity of two sentences (float in [-1, 1]), as :meth:`simcse.SimCSE.similarity` computes it
+        (a sentence's similarity with itself is 1.0)."""
+        with self._lock:
+            return float(self.tool.similarity(sentence1, sentence2, show_progress=False, dtype=self.dtype))
 
     def encode(self, sentences: list[str], normalize: bool = True):
         """float32 (N, H) embeddings, unit length unless ``normalize`` is False."""

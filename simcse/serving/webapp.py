@@ -9,9 +9,10 @@
     GET|POST /api/similarity  sentence1, sentence2                  {"score": cosine, "elapsed_ms"}
     POST /api/encode {"sentences": [...], "normalize": true}        {"embeddings": [[...]], "dim", ...}
     GET  /openapi.json                       the OpenAPI schema
+    HEAD on every GET route                  the GET's status and headers, no body (uptime probes, curl -I)
 
 Every error is JSON ``{"error": "<one message>"}`` with a 4xx status for anything a client sent (400 body
-not JSON / not UTF-8, 404 unknown route, 405 wrong method, 413 body over 1 MiB, 415 not JSON, 422 a value of
+not JSON / not UTF-8, 404 unknown route, 405 wrong method (with an ``Allow`` header), 413 body over 1 MiB, 415 not JSON, 422 a value of
 the wrong type or out of range). The page and its script and style are files of the package
 (``simcse/static``); they load nothing from elsewhere (a Content-Security-Policy says so to the browser).
 """
@@ -27,6 +28,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from simcse.version import __version__
 from simcse.serving.service import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, MAX_BATCH, MAX_BODY_BYTES, MAX_ENCODE, RequestError,
@@ -130,6 +132,19 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     return 422, f"{'.'.join(loc)}: {err.get('msg')}{tail}"[:500]
 
 
+def _allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405: the methods of every route of the request's path (a path may have a GET
+    and a POST route), plus HEAD wherever GET is allowed (:class:`HeadAsGet`)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):
@@ -143,8 +158,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
             return _error(404, f"no such page or API route: {request.url.path} (the API is listed at /openapi.json)")
-        if exc.status_code == 405:
-            return _error(405, f"{request.method} is not allowed on {request.url.path}")
+        if exc.status_code == 405:  # with the Allow header the router names (RFC 9110 15.5.6)
+            allow = _allowed_methods(request)
+            return JSONResponse({"error": f"{request.method} is not allowed on {request.url.path}"
+                                          + (f"; allowed: {allow}" if allow else "")},
+                                status_code=405, headers={"Allow": allow} if allow else None)
         return _error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(Exception)
@@ -208,6 +226,26 @@ class RequestLimits:
         except UnicodeDecodeError as e:
             return b"", (400, f"the request body is not UTF-8 (byte {e.start}: {e.object[e.start:e.start + 1]!r})")
         return body, None
+
+
+class HeadAsGet:
+    """ASGI middleware: a HEAD request is answered as the GET of the same URL without its body (RFC 9110 9.3.2:
+    same status and headers, Content-Length included), on every route, as uptime probes and ``curl -I`` expect.
+    FastAPI's routes answer only the methods they declare; a route without GET answers 405 with ``Allow``."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            return await self.app(scope, receive, send)
+
+        async def no_body(message):
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        return await self.app({**scope, "method": "GET"}, receive, no_body)
 
 
 def _is_json(scope) -> bool:
@@ -310,5 +348,6 @@ def create_app(service: SearchService) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(RequestLimits)
+    app.add_middleware(HeadAsGet)
     app.state.service = service
     return app

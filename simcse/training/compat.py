@@ -5,7 +5,7 @@ removed some of its fields. :func:`translate_legacy_args` rewrites such options 
 today's spelling (or drops those that no longer mean anything), logging one deprecation line per option.
 :func:`check_output_dir` restores the reference's refusal to train into a non-empty output folder unless
 ``--overwrite_output_dir`` is given; :func:`check_fp16_device` turns ``--fp16`` on a machine without CUDA
-into a one-line error.
+into a one-line error, :func:`check_max_steps` a ``--max_steps`` that would train nothing.
 """
 from __future__ import annotations
 
@@ -124,6 +124,20 @@ def check_output_dir(output_dir: str | None, overwrite: bool, resuming: bool) ->
     if out.is_dir() and any(out.iterdir()):
         raise ValueError(f"--output_dir {output_dir!r} already exists and is not empty; pass --overwrite_output_dir "
                          "to train into it anyway, or choose another --output_dir")
+
+
+def check_max_steps(max_steps: int) -> None:
+    """``--max_steps``: a positive number of optimizer steps, or -1 (HF's default: train ``--num_train_epochs``).
+
+    HF's Trainer treats 0 as "not set" and still runs an optimizer step (weights move); a run asked to train 0
+    steps is refused instead, in one line, before anything is loaded.
+
+    Raises:
+        ValueError: 0 or a value below -1.
+    """
+    if max_steps == 0 or max_steps < -1:
+        raise ValueError(f"--max_steps {max_steps} trains nothing: give a positive number of optimizer steps, or -1 "
+                         "(the default) to train --num_train_epochs")
 
 
 def check_fp16_device(fp16: bool, use_cpu: bool) -> None:

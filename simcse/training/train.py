@@ -55,7 +55,7 @@ def parse_args(argv: list[str]):
     from transformers import HfArgumentParser, TrainingArguments
 
     from simcse.training.arguments import DataTrainingArguments, ModelArguments, RunArguments
-    from simcse.training.compat import check_fp16_device, flag_given, translate_legacy_args
+    from simcse.training.compat import check_fp16_device, check_max_steps, flag_given, translate_legacy_args
     from simcse.training.recipes import resolve_config
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments, RunArguments))
@@ -87,6 +87,7 @@ def parse_args(argv: list[str]):
     training_args.do_eval = flag_given(argv, "do_eval")
     try:
         check_fp16_device(training_args.fp16, training_args.use_cpu)
+        check_max_steps(training_args.max_steps)
     except ValueError as e:
         raise SetupError(str(e)) from e
     training_args.save_on_signal = run_args.signals  # read by build(); not a TrainingArguments field

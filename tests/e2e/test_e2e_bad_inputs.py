@@ -249,6 +249,41 @@ def cli_train(ctx: Ctx, *extra, **kw):
     return ctx.train(*extra, **kw)
 
 
+def other_model(ctx: Ctx) -> Path:
+    """A model of the same shape and pooler as ``ctx.model`` with other weights."""
+    from conftest import make_tiny_model
+    from simcse.models.modeling import SimCSEModel
+
+    folder = ctx.tmp / "other_model"
+    SimCSEModel.from_pretrained(str(make_tiny_model(ctx.tmp / "other_hf", seed=1)), pooler_type="avg").save_pretrained(folder)
+    return folder
+
+
+def shards_of(ctx: Ctx, model: Path, *extra: str) -> Path:
+    out = ctx.tmp / "shards"
+    ctx.cli("encode", "--model", model, "--input", ctx.file("corpus.txt", "a dog runs .\na cat sleeps .\n"),
+            "--output", out, *extra)
+    return out
+
+
+def index_shards_of_another_model(ctx: Ctx):
+    ctx.tool.build_index(str(shards_of(ctx, other_model(ctx))), use_faiss=False)
+
+
+def resume_after_the_model_changed(ctx: Ctx):
+    model = ctx.tmp / "model"
+    shutil.copytree(ctx.model, model)
+    shards_of(ctx, model)
+    shutil.rmtree(model)
+    shutil.copytree(other_model(ctx), model)  # retrained in place
+    shards_of(ctx, model)
+
+
+def index_into_a_busy_folder(ctx: Ctx):
+    ctx.file("notes/todo.txt", "keep me\n")
+    ctx.cli("index", "--model", ctx.model, "--input", ctx.file("corpus.txt", "a dog .\n"), "--output", ctx.tmp / "notes")
+
+
 # ---------------------------------------------------------------------------------------------- table
 @dataclass
 class Case:
@@ -373,6 +408,11 @@ CASES = [
     Case("tool-index-bad-utf8", "tool", "build_index from a non-UTF-8 file",
          lambda c: c.tool.build_index(str(c.file("corpus.txt", BAD_UTF8_TXT))),
          ValueError, ("corpus.txt:2", "byte 4", "is not UTF-8")),
+    Case("tool-shards-of-another-model", "tool", "build_index from shards another model encoded",
+         index_shards_of_another_model, ValueError, ("shards in", "were encoded by another model", "this tool runs")),
+    Case("tool-lone-surrogate", "tool", "encode(['a', 'b \\ud83d']) (an emoji cut in half)",
+         lambda c: c.tool.encode(["a", "b \ud83d"]),
+         ValueError, ("sentences[1] holds a lone UTF-16 surrogate U+D83D at character 2", "expected valid Unicode")),
     # ---- command line (simcse encode/search/train/evaluate)
     Case("cli-missing-input", "cli", "simcse encode --input missing.txt",
          lambda c: c.cli("encode", "--model", c.model, "--input", c.tmp / "missing.txt", "--output", c.tmp / "e.npy"),
@@ -396,6 +436,21 @@ CASES = [
     Case("cli-search-no-index", "cli", "simcse search --index <empty folder>",
          lambda c: c.cli("search", "--index", c.tmp, "--model", c.model, "--query", "a dog"),
          Exit, ("index_config.json is missing",)),
+    Case("cli-encode-resume-other-model", "cli", "simcse encode resumed after the model folder was retrained in place",
+         resume_after_the_model_changed, Exit, ("holds shards of another model", "encode into a new folder")),
+    Case("cli-index-busy-output", "cli", "simcse index --output <a folder of other files>", index_into_a_busy_folder,
+         Exit, ("error: --output:", "exists and is not a saved index")),
+    Case("cli-index-ivf-no-sentence", "cli", "simcse index --kind ivf of an input with no sentence",
+         lambda c: c.cli("index", "--model", c.model, "--input", c.file("blank.txt", "\n \n"), "--output",
+                         c.tmp / "idx", "--kind", "ivf"), Exit, ("none were given", "the input holds no sentence")),
+    Case("cli-index-fast-hnsw", "cli", "simcse index --fast --kind hnsw",
+         lambda c: c.cli("index", "--model", c.model, "--input", c.file("corpus.txt", "a dog .\n"), "--output",
+                         c.tmp / "idx", "--fast", "--kind", "hnsw"), Exit, ("--fast is --kind ivf; it conflicts with --kind hnsw",)),
+    Case("cli-export-pooler-conflict", "cli", "simcse export --pooler cls of a model that records avg",
+         lambda c: c.cli("export", "--model", c.model, "--pooler", "cls", "--output", c.model, "--format", "onnx"),
+         Exit, ("--pooler cls differs from the pooler", "records ('avg'", "--override-pooler")),
+    Case("train-max-steps-0", "cli", "simcse train --max_steps 0", lambda c: cli_train(c, "--max_steps", "0"),
+         Exit, ("--max_steps 0 trains nothing",)),
     Case("train-temp-0", "cli", "simcse train --temp 0", lambda c: cli_train(c, "--temp", "0"),
          Exit, ("error: --temp must be a finite number > 0, got 0.0",)),
     Case("train-temp-negative", "cli", "simcse train --temp -0.05", lambda c: cli_train(c, "--temp", "-0.05"),

@@ -126,3 +126,29 @@ def test_csv_cells_with_a_carriage_return(tmp_path):
     bad.write_bytes(b"id,text\n0,one\rstill one\n1,two\n")
     with pytest.raises(ValueError, match=r"b\.csv:2: not a readable CSV file: .*quote a cell"):
         list(sentence_rows(bad, "text"))
+
+
+# ------------------------------------------------------------------------------------ lone surrogates
+def test_lone_surrogate_is_refused_naming_the_item(tmp_path):
+    """A str holding half of a surrogate pair (a JSON "\\ud83d" without its pair) is not text: the one input check
+    names the item, in every reader of str input (here check_sentences and the JSONL reader)."""
+    from simcse.files.inputs import check_sentences, sentence_rows
+
+    assert check_sentences(["a dog \U0001F600 runs", "ok"]) == (["a dog \U0001F600 runs", "ok"], False)
+    with pytest.raises(ValueError, match=r"^sentences\[1\] holds a lone UTF-16 surrogate U\+D83D at character 6, "
+                                         r"which is not text; expected valid Unicode"):
+        check_sentences(["fine", "a dog \ud83d runs"])
+    with pytest.raises(ValueError, match=r"^queries holds a lone UTF-16 surrogate U\+DE00 at character 0"):
+        check_sentences("\ude00 cut", "queries")
+    f = tmp_path / "s.jsonl"
+    f.write_text('{"text": "a dog"}\n{"text": "half \\ud83d emoji"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"s\.jsonl:2: the sentence holds a lone UTF-16 surrogate U\+D83D"):
+        list(sentence_rows(f, "text"))
+
+
+def test_tool_encode_names_the_item_with_a_lone_surrogate(tiny_bert_dir):
+    tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+    with pytest.raises(ValueError, match=r"sentences\[2\] holds a lone UTF-16 surrogate U\+D83D at character 4"):
+        tool.encode(["a dog", "a cat", "cut \ud83d"])
+    with pytest.raises(ValueError, match=r"keys\[0\] holds a lone UTF-16 surrogate"):
+        tool.similarity("a dog", ["\udfff"])

@@ -111,6 +111,28 @@ def test_convert_writes_a_simcse_folder_with_the_mlp(tmp_path):
     assert cli_main(["convert", "--model", str(ref), "--pooler", "cls", "--output", str(out)]) == 2  # not empty
 
 
+def test_convert_of_an_unsupervised_run_keeps_the_mlp_or_says_so(tmp_path, capsys):
+    """--pooler cls_before_pooler --mlp_only_train (the help's advice for unsupervised runs) keeps the trained MLP:
+    recorded as cls + mlp_only_train, which encodes as cls_before_pooler; a pooler without an MLP says it is dropped."""
+    ref = tmp_path / "ref"
+    state = write_reference_checkpoint(ref, "bert")
+    out = tmp_path / "unsup"
+    assert cli_main(["convert", "--model", str(ref), "--pooler", "cls_before_pooler", "--mlp_only_train",
+                     "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: pooler cls_before_pooler with mlp_only_train is recorded as pooler cls with mlp_only_train" in err
+    m = SimCSEModel.from_pretrained(str(out))
+    assert (m.pooler_type, m.mlp_only_train, m.inference_pooler) == ("cls", True, "cls_before_pooler")
+    assert torch.equal(m.mlp.dense.weight, state["mlp.dense.weight"])  # kept for further training
+    direct = SimCSE(str(ref), pooler="cls_before_pooler", device="cpu").encode(SENTENCES[:3], return_numpy=True)
+    np.testing.assert_allclose(SimCSE(str(out), device="cpu").encode(SENTENCES[:3], return_numpy=True), direct, atol=1e-6)
+    out2 = tmp_path / "no_mlp"
+    assert cli_main(["convert", "--model", str(ref), "--pooler", "cls_before_pooler", "--output", str(out2)]) == 0
+    assert "note: the checkpoint's MLP (mlp.dense.*) is not kept: pooler cls_before_pooler has none; pass --pooler " \
+           "cls --mlp_only_train to keep it" in capsys.readouterr().err
+    assert not (out2 / "simcse_mlp.safetensors").exists()
+
+
 def test_evaluate_reads_a_reference_folder(tmp_path, capsys):
     from simcse.evaluation.cli import main as evaluate_main
 

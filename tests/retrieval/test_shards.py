@@ -147,12 +147,14 @@ def test_other_settings_or_changed_input_refuse_to_resume(tmp_path):
     f = tmp_path / "c.txt"
     f.write_text("".join(f"sentence {i} .\n" for i in range(45)))
     out = tmp_path / "o"
-    m = encode_to_shards(_fake_encode, f, out, {"model": "a"}, shard_size=10, dtype="float16")
+    m = encode_to_shards(_fake_encode, f, out, {"model": "a", "pooler": "avg"}, shard_size=10, dtype="float16")
     assert m["num_shards"] == 5 and np.load(out / "shard-00004.npy").dtype == np.float16 and is_shard_folder(out)
-    with pytest.raises(ValueError, match="another run .*model: 'a' there, 'b' now"):
-        encode_to_shards(_fake_encode, f, out, {"model": "b"}, shard_size=10, dtype="float16")
+    with pytest.raises(ValueError, match="another run .*pooler: 'avg' there, 'cls' now"):
+        encode_to_shards(_fake_encode, f, out, {"model": "a", "pooler": "cls"}, shard_size=10, dtype="float16")
+    # "model" is how the path was spelled (descriptive); the model itself is its fingerprint
+    encode_to_shards(_fake_encode, f, out, {"model": "./a", "pooler": "avg"}, shard_size=10, dtype="float16")
     (out / "shard-00002.json").unlink()  # as if killed before shard 2 was complete
     (out / MANIFEST_NAME).unlink()
     f.write_text("".join(f"sentence {i} .\n" for i in range(45)).replace("sentence 3 ", "sentencX 3 "))
     with pytest.raises(ValueError, match=r"lines 1-10 changed since shard-00000.npy was written"):
-        encode_to_shards(_fake_encode, f, out, {"model": "a"}, shard_size=10, dtype="float16")
+        encode_to_shards(_fake_encode, f, out, {"model": "a", "pooler": "avg"}, shard_size=10, dtype="float16")

@@ -261,3 +261,22 @@ def test_max_seq_length_above_model_positions_is_refused(tmp_path, tiny_bert_dir
     # at the limit it trains
     trainer = run_training(_args_b4(tiny_bert_dir, train, out, "--max_seq_length", "64", "--max_steps", "2"))
     assert trainer.state.global_step == 2
+
+
+@pytest.mark.parametrize("steps", ["0", "-2"])
+def test_max_steps_that_train_nothing_are_refused_in_one_line(tmp_path, tiny_bert_dir, steps, monkeypatch):
+    """HF's Trainer reads --max_steps 0 as "not set" and still takes an optimizer step; zero steps is refused before
+    anything is built or written (-1, the default, still means --num_train_epochs)."""
+    from simcse.training import train as train_mod
+
+    def no_build(*args):
+        raise AssertionError("the run was built although --max_steps trains nothing")
+
+    monkeypatch.setattr(train_mod, "build", no_build)
+    train = tmp_path / "t.txt"
+    train.write_text("\n".join(random_sentences(16)) + "\n")
+    out = tmp_path / "out"
+    msg = training_error(_args_b4(tiny_bert_dir, train, out, "--max_steps", steps))
+    assert msg == (f"error: --max_steps {steps} trains nothing: give a positive number of optimizer steps, or -1 "
+                   "(the default) to train --num_train_epochs")
+    assert not out.exists()

@@ -1,0 +1,122 @@
+"""A model is identified by what it computes (``model_fingerprint``), not by how its path is spelled: shard
+resume, indexes built from shards and saved indexes all use that one identity."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import SENTENCES, make_tiny_model, random_sentences
+from simcse import cli
+from simcse.models.modeling import SimCSEModel
+from simcse.retrieval.shards import MANIFEST_NAME
+from simcse.retrieval.tool import SimCSE
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Two saved ``avg`` models of the same shape (same hidden size, same pooler) with different weights."""
+    root = tmp_path_factory.mktemp("identity")
+    a, b = root / "model_a", root / "model_b"
+    SimCSEModel.from_pretrained(str(make_tiny_model(root / "hf_a", seed=0)), pooler_type="avg").save_pretrained(a)
+    SimCSEModel.from_pretrained(str(make_tiny_model(root / "hf_b", seed=1)), pooler_type="avg").save_pretrained(b)
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    f = tmp_path_factory.mktemp("identity_corpus") / "corpus.txt"
+    f.write_text("\n".join(SENTENCES + random_sentences(30, seed=5)) + "\n")
+    return f
+
+
+def _error_line(err: str) -> str:
+    """The one ``error: ...`` line a failed command printed (after any progress bars), checked to be the last."""
+    lines = [x for x in err.strip().splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and err.strip().endswith(lines[0]) and "Traceback" not in err, err
+    return lines[0]
+
+
+def _encode(model, corpus, out, *extra):
+    return cli.main(["encode", "--model", str(model), "--input", str(corpus), "--output", str(out),
+                     "--shard-size", "10", "--device", "cpu", *extra])
+
+
+def test_fingerprint_follows_content_not_path(models, tmp_path):
+    from simcse.models.folder import model_fingerprint
+
+    a, b = models
+    copy = tmp_path / "copy_of_a"
+    shutil.copytree(a, copy)
+    fa = model_fingerprint(SimCSEModel.from_pretrained(str(a)))
+    assert fa.startswith("sha256:") and len(fa) == 71
+    assert model_fingerprint(SimCSEModel.from_pretrained(str(copy))) == fa
+    assert model_fingerprint(SimCSEModel.from_pretrained(str(a) + "/")) == fa
+    assert model_fingerprint(SimCSEModel.from_pretrained(str(b))) != fa
+    assert model_fingerprint(SimCSEModel.from_pretrained(str(a), pooler_type="cls_before_pooler")) != fa
+
+
+def test_index_from_shards_of_another_model_is_refused(models, corpus, tmp_path, capsys):
+    a, b = models
+    shards = tmp_path / "shards_a"
+    assert _encode(a, corpus, shards) == 0
+    tool_b = SimCSE(str(b), device="cpu")
+    with pytest.raises(ValueError, match=r"shards in .*shards_a were encoded by another model: .*model_a .*"
+                                         r"this tool runs .*model_b"):
+        tool_b.build_index(str(shards), use_faiss=False)
+    assert tool_b.index is None
+    capsys.readouterr()
+    assert cli.main(["index", "--model", str(b), "--input", str(shards), "--output", str(tmp_path / "idx"),
+                     "--no-faiss", "--device", "cpu"]) == 2
+    err = _error_line(capsys.readouterr().err)
+    assert err.startswith("error: the shards in") and "another model" in err, err
+    assert not (tmp_path / "idx").exists()
+    # the model that encoded them (by another spelling, or a copy) builds the index, which finds every sentence
+    copy = tmp_path / "copy_of_a"
+    shutil.copytree(a, copy)
+    tool_a = SimCSE(str(copy), device="cpu")
+    tool_a.build_index(str(shards), use_faiss=False)
+    hits = tool_a.search(SENTENCES, top_k=1, threshold=-1)
+    assert [h[0][0] for h in hits] == SENTENCES
+
+
+def test_shard_resume_identifies_the_model_by_content(models, corpus, tmp_path, monkeypatch, capsys):
+    a, b = models
+    work = tmp_path / "work"
+    shutil.copytree(a, work / "model")
+    monkeypatch.chdir(work)
+    out = work / "emb"
+    assert _encode("model", corpus, out) == 0  # relative spelling
+    first = json.loads((out / MANIFEST_NAME).read_text())
+    capsys.readouterr()
+    assert _encode(str(work / "model"), corpus, out) == 0  # absolute spelling of the same folder: resumes
+    assert "0 shards written, 5 already there" in capsys.readouterr().err
+    # the folder retrained in place: the old vectors are not this model's; refused, nothing kept silently
+    shutil.rmtree(work / "model")
+    shutil.copytree(b, work / "model")
+    assert _encode("./model", corpus, out) == 2
+    err = _error_line(capsys.readouterr().err)
+    assert "holds shards of another model" in err and "encode into a new folder" in err, err
+    assert json.loads((out / MANIFEST_NAME).read_text()) == first
+
+
+def test_saved_index_records_and_checks_the_fingerprint(models, tmp_path):
+    a, b = models
+    tool_a = SimCSE(str(a), device="cpu")
+    tool_a.build_index(SENTENCES, use_faiss=False)
+    tool_a.save_index(tmp_path / "idx")
+    copy = tmp_path / "elsewhere" / "a"
+    shutil.copytree(a, copy)
+    same = SimCSE(str(copy), device="cpu")  # the same model in another folder searches the index
+    same.load_index(tmp_path / "idx")
+    assert same.search(SENTENCES[2], top_k=1)[0][0] == SENTENCES[2]
+    meta = json.loads((tmp_path / "idx" / "simcse_index.json").read_text())
+    assert meta["model_fingerprint"] == tool_a.model_fingerprint == same.model_fingerprint
+    with pytest.raises(ValueError, match=r"index .* was built with another model: .*this tool runs .*model_b"):
+        SimCSE(str(b), device="cpu").load_index(tmp_path / "idx")
+    # an in-memory model is identified by its weights too
+    same_in_memory = SimCSE(SimCSEModel.from_pretrained(str(a)), device="cpu")
+    same_in_memory.load_index(tmp_path / "idx")
+    np.testing.assert_array_equal(same_in_memory.encode(SENTENCES[0]), tool_a.encode(SENTENCES[0]))
