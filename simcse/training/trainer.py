@@ -34,12 +34,13 @@ from simcse.training.gradcache import cuda_devices_of, grad_cache_step, split_ch
 from simcse.training.losses import info_nce, mlm_loss
 from simcse.training.checkpoints import CheckpointHooks
 from simcse.training.dev_eval import DevEvaluation, STSDevSet
+from simcse.training.sources import StreamingHooks
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 logger = logging.getLogger(__name__)
 
 
-class SimCSETrainer(DevEvaluation, CheckpointHooks):
+class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
     """HF Trainer for SimCSE (paper Section 3-4).
 
     Args (besides Trainer's):
