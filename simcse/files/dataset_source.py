@@ -4,7 +4,8 @@ or a folder written by ``Dataset.save_to_disk``.
 One home for opening such a source (training, ``simcse encode`` and ``simcse index`` all come here):
 :func:`load_dataset_source` returns a ``datasets.Dataset`` (or, with ``streaming=True``, a
 ``datasets.IterableDataset`` read lazily), :func:`column_names` and :func:`require_columns` check what it holds,
-and :func:`dataset_texts` yields one column as strings.
+and :func:`dataset_texts` yields one column as strings. :class:`DatasetRef` names one column of one split,
+for the readers that take a file or a dataset alike (``simcse encode``, ``simcse index``, the shard encoder).
 
 * A folder with ``state.json`` (one split) or ``dataset_dict.json`` (several) is a ``save_to_disk`` folder:
   read with ``datasets.load_from_disk`` (config and data files do not apply to it).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
@@ -129,3 +131,40 @@ def dataset_texts(name: str, column: str = "text", config: str | None = None, sp
         if not isinstance(value, str):
             raise ValueError(f"dataset {name!r}, row {i}: column {column!r} holds {type(value).__name__}, not text")
         yield value
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """One text column of one split of a dataset, as a sentence source (``simcse encode/index --dataset_name``).
+
+    Attributes mirror :func:`load_dataset_source`: ``name``, ``config``, ``split``, ``data_files``, ``streaming``
+    (read lazily, never loaded whole), and ``column`` (the sentence column, ``text`` by default).
+    """
+
+    name: str
+    column: str = "text"
+    config: str | None = None
+    split: str = "train"
+    data_files: str | None = None
+    streaming: bool = False
+
+    def rows(self) -> Iterator[tuple[int, str]]:
+        """``(row number, text)`` in dataset order, numbered from 1 (as file lines are).
+
+        Raises:
+            ValueError: see :func:`dataset_texts`.
+        """
+        return enumerate(dataset_texts(self.name, self.column, self.config, self.split, self.data_files,
+                                       self.streaming), 1)
+
+    def describe(self) -> dict:
+        """The reference as a JSON-ready dict (``DatasetRef(**d)`` makes it again); recorded in shard manifests."""
+        return {"dataset": asdict(self)}
+
+    @classmethod
+    def from_description(cls, d: dict) -> "DatasetRef":
+        """The reference :meth:`describe` wrote."""
+        return cls(**d["dataset"])
+
+    def __str__(self) -> str:
+        return f"dataset {self.name!r} ({self.split}, column {self.column!r})"
