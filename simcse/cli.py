@@ -82,7 +82,7 @@ def _source(args):
     if args.column is not None:
         raise CLIError("--column applies to a .csv/.tsv/.jsonl --input; for --dataset_name use --sentence_column")
     return DatasetRef(args.dataset_name, args.sentence_column, args.dataset_config_name, args.dataset_split,
-                      args.dataset_data_files, args.streaming)
+                      args.dataset_data_files, args.streaming).check()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -157,6 +157,16 @@ class DatasetRef:
         return enumerate(dataset_texts(self.name, self.column, self.config, self.split, self.data_files,
                                        self.streaming), 1)
 
+    def check(self) -> "DatasetRef":
+        """Open the dataset and check its column now (before a model is loaded); returns ``self``.
+
+        Raises:
+            ValueError: see :func:`load_dataset_source` and :func:`require_columns`.
+        """
+        ds = load_dataset_source(self.name, self.config, self.split, self.data_files, self.streaming)
+        require_columns(ds, {"--sentence_column": self.column}, self.name)
+        return self
+
     def describe(self) -> dict:
         """The reference as a JSON-ready dict (``DatasetRef(**d)`` makes it again); recorded in shard manifests."""
         return {"dataset": asdict(self)}
