@@ -15,10 +15,14 @@ forward, backward, optimizer); setup (model, data, tokenisation) is timed apart.
 (file, dataset / dataset, file) so that a slow-down from other jobs falls on both sides. The load average is
 printed before and after: the machine may be shared.
 
+After training, each run also times its data path alone: one epoch of the training data loader (reading the
+tokenised rows and collating them into batches, process CPU time per batch) -- the only part of a step where the
+two sources could differ, as the model sees the same batches.
+
 The last line is machine-readable (ratios are dataset / file, summed over rounds; ``same_losses`` says whether
 the two sides logged identical losses at every step)::
 
-    train_dataset_vs_train_file wall_ratio=X.XXX cpu_ratio=Y.YYY same_losses=True
+    train_dataset_vs_train_file wall_ratio=X.XXX cpu_ratio=Y.YYY data_path_cpu_ratio=Z.ZZZ same_losses=True
 """
 from __future__ import annotations
 
@@ -62,7 +66,11 @@ def _worker(side: str, data: str, folder: str, out: str, warmup: int, steps: int
     trainer.add_callback(Timer())
     trainer.train()
     (w0, c0), (w1, c1) = marks[warmup - 1], marks[-1]
+    t0 = time.process_time()  # the data path alone: one epoch of the training data loader (read + collate)
+    batches = sum(1 for _ in trainer.get_train_dataloader())
+    data_cpu = (time.process_time() - t0) / batches
     return {"setup_s": setup, "wall_per_step": (w1 - w0) / steps, "cpu_per_step": (c1 - c0) / steps,
+            "data_cpu_per_batch": data_cpu,
             "examples": len(trainer.train_dataset), "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
 
 
@@ -96,7 +104,7 @@ def main(argv=None) -> None:
     if not args.data.is_file():
         sys.exit(f"error: {args.data} is missing (get it with `bash data/download_wiki.sh`)")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
-    totals = {s: {"wall": 0.0, "cpu": 0.0} for s in ("file", "dataset")}
+    totals = {s: {"wall": 0.0, "cpu": 0.0, "data": 0.0} for s in ("file", "dataset")}
     losses = {}
     with tempfile.TemporaryDirectory() as folder:
         os.symlink(args.data, Path(folder) / WIKI)  # a dataset folder holding the same file
@@ -105,15 +113,17 @@ def main(argv=None) -> None:
                 m = _measure(side, args, folder)
                 totals[side]["wall"] += m["wall_per_step"]
                 totals[side]["cpu"] += m["cpu_per_step"]
+                totals[side]["data"] += m["data_cpu_per_batch"]
                 losses.setdefault(side, m["losses"])
                 same = losses[side] == m["losses"]
                 print(f"round {r + 1} {side:8s}: {m['wall_per_step']:.3f} s/step wall, {m['cpu_per_step']:.3f} s/step CPU, "
-                      f"setup {m['setup_s']:.1f} s, {m['examples']} examples, first loss {m['losses'][0]:.6f}"
+                      f"data path {1000 * m['data_cpu_per_batch']:.2f} ms/batch CPU, setup {m['setup_s']:.1f} s, {m['examples']} examples, first loss {m['losses'][0]:.6f}"
                       f"{'' if same else ' (losses differ from round 1!)'}", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     wall = totals["dataset"]["wall"] / totals["file"]["wall"]
     cpu = totals["dataset"]["cpu"] / totals["file"]["cpu"]
-    print(f"train_dataset_vs_train_file wall_ratio={wall:.3f} cpu_ratio={cpu:.3f} "
+    data = totals["dataset"]["data"] / totals["file"]["data"]
+    print(f"train_dataset_vs_train_file wall_ratio={wall:.3f} cpu_ratio={cpu:.3f} data_path_cpu_ratio={data:.3f} "
           f"same_losses={losses['file'] == losses['dataset']}")
 
 

@@ -102,13 +102,13 @@ def column_names(ds) -> list[str]:
     return [] if first is None else list(first)
 
 
-def require_columns(ds, wanted: dict[str, str], name: str) -> None:
-    """Check that ``ds`` has every column of ``wanted`` (``{option: column}``), else one line listing its columns.
+def require_columns(have: list[str], wanted: dict[str, str], name: str) -> None:
+    """Check that the columns ``have`` (:func:`column_names`) of dataset ``name`` hold every column of ``wanted``
+    (``{option: column}``), else one line listing the columns it has.
 
     Raises:
         ValueError: e.g. ``dataset 'x' has no column 'text' (--sentence_column); its columns: ['sentence']``.
     """
-    have = column_names(ds)
     missing = [(opt, col) for opt, col in wanted.items() if col not in have]
     if missing:
         parts = ", ".join(f"{col!r} ({opt})" for opt, col in missing)
@@ -124,7 +124,7 @@ def dataset_texts(name: str, column: str = "text", config: str | None = None, sp
             that is not a string (the message names the row).
     """
     ds = load_dataset_source(name, config, split, data_files, streaming)
-    require_columns(ds, {"--sentence_column": column}, name)
+    require_columns(column_names(ds), {"--sentence_column": column}, name)
     ds = ds.select_columns([column])
     for i, row in enumerate(ds):
         value = row[column]
@@ -164,7 +164,7 @@ class DatasetRef:
             ValueError: see :func:`load_dataset_source` and :func:`require_columns`.
         """
         ds = load_dataset_source(self.name, self.config, self.split, self.data_files, self.streaming)
-        require_columns(ds, {"--sentence_column": self.column}, self.name)
+        require_columns(column_names(ds), {"--sentence_column": self.column}, self.name)
         return self
 
     def describe(self) -> dict:

@@ -53,28 +53,22 @@ def view_columns(have: list[str], data_args) -> list[tuple[str, str]]:
     name = data_args.dataset_name
     given = {k: getattr(data_args, k) for k in DEFAULT_COLUMNS}
     changed = {k for k, v in given.items() if v != DEFAULT_COLUMNS[k]}
-
-    def need(wanted: dict[str, str]) -> None:
-        missing = {opt: col for opt, col in wanted.items() if col not in have}
-        if missing:
-            parts = ", ".join(f"{col!r} ({opt})" for opt, col in missing.items())
-            raise ValueError(f"dataset {name!r} has no column {parts}; its columns: {have}")
-
     s0, s1, hn = given["sent0_column"], given["sent1_column"], given["hard_neg_column"]
     pairs = "sentence_column" not in changed and (
         {"sent0_column", "sent1_column", "hard_neg_column"} & changed or (s0 in have and s1 in have))
     if not pairs:
-        need({"--sentence_column": given["sentence_column"]})
+        require_columns(have, {"--sentence_column": given["sentence_column"]}, name)
         if data_args.neutral_as_negative:
             raise ValueError(f"--neutral_as_negative needs sent0, sent1, hard_neg and {NEUTRAL_COLUMN!r} columns; "
                              f"dataset {name!r} is read as single sentences (columns {have})")
         return [(given["sentence_column"], "sent0")]
-    need({"--sent0_column": s0, "--sent1_column": s1, **({"--hard_neg_column": hn} if "hard_neg_column" in changed else {})})
+    require_columns(have, {"--sent0_column": s0, "--sent1_column": s1,
+                           **({"--hard_neg_column": hn} if "hard_neg_column" in changed else {})}, name)
     views = [(s0, "sent0"), (s1, "sent1")]
     if hn in have and not data_args.no_hard_negatives:
         views.append((hn, "hard_neg"))
     if data_args.neutral_as_negative:
-        need({"--hard_neg_column": hn, "--neutral_as_negative": NEUTRAL_COLUMN})
+        require_columns(have, {"--hard_neg_column": hn, "--neutral_as_negative": NEUTRAL_COLUMN}, name)
         views.append((NEUTRAL_COLUMN, NEUTRAL_COLUMN))
     return views
 
@@ -213,6 +207,13 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
     return StreamingTrainSet(stream, batch_per_step, start=start), columns
 
 
+class _StreamLoader(torch.utils.data.DataLoader):
+    """A plain DataLoader whose ``set_epoch`` (called by HF's loop before each epoch) reaches the stream."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+
 class StreamingHooks(Trainer):
     """HF Trainer hooks for a :class:`StreamingTrainSet`: its own data loader (no re-sharding by accelerate: the
     stream is already this process's part), its position saved in every checkpoint, and the random state
@@ -224,8 +225,8 @@ class StreamingHooks(Trainer):
         ds = self.train_dataset
         if not isinstance(ds, StreamingTrainSet):
             return super().get_train_dataloader()
-        return torch.utils.data.DataLoader(ds, batch_size=self._train_batch_size, collate_fn=self.data_collator,
-                                           num_workers=0, pin_memory=self.args.dataloader_pin_memory)
+        return _StreamLoader(ds, batch_size=self._train_batch_size, collate_fn=self.data_collator, num_workers=0,
+                             pin_memory=self.args.dataloader_pin_memory)
 
     def _save_rng_state(self, output_dir):
         super()._save_rng_state(output_dir)

@@ -6,7 +6,8 @@ caching is on: the two-pass GradCache computation of :mod:`simcse.training.gradc
 the model-persistence hooks ``_save``, ``_save_checkpoint``, ``_load_from_checkpoint`` and ``_load_best_model``
 (:mod:`simcse.training.checkpoints`: the model is a composed ``nn.Module`` with its own safetensors format, as
 sentence-transformers' trainer does for its models; checkpoints appear complete or not at all); ``_get_train_sampler`` keys each example by epoch for runs with random draws in
-the collator; ``train`` wraps HF's to restore signal handlers when it raises. The training loop itself is
+the collator; ``train`` wraps HF's to restore signal handlers when it raises; a ``--streaming`` dataset gets its own data loader,
+its position in every checkpoint and an exact resume (:class:`simcse.training.sources.StreamingHooks`). The training loop itself is
 HF's, untouched.
 
 **Multiple processes (DDP) and loss scaling.** Under torch.distributed the keys (views 1..V-1) are gathered

@@ -95,7 +95,7 @@ def test_missing_folder_and_file(tmp_path):
 def test_missing_column_lists_the_columns(tmp_path):
     ds = datasets.Dataset.from_dict({"sentence": ["a"], "label": [1]})
     with pytest.raises(ValueError) as e:
-        require_columns(ds, {"--sentence_column": "text"}, "mine")
+        require_columns(ds.column_names, {"--sentence_column": "text"}, "mine")
     assert str(e.value) == "dataset 'mine' has no column 'text' (--sentence_column); its columns: ['sentence', 'label']"
     ds.save_to_disk(tmp_path / "d")
     with pytest.raises(ValueError, match="holds int"):

@@ -171,9 +171,27 @@ def _stream_argv(data, out, steps=8, extra=()):
                  steps=steps, extra=("--save_strategy", "steps", "--save_steps", "4", *extra))
 
 
+def _spy(seen):
+    def on_build(trainer):
+        real = trainer.data_collator
+
+        def collate(features):
+            seen.extend(tuple(f["input_ids"][0]) for f in features)
+            return real(features)
+        trainer.data_collator = collate
+    return on_build
+
+
 def test_streaming_trains_max_steps_on_the_fly(data, tmp_path):
-    trainer = run_training(_stream_argv(data, tmp_path / "out", steps=10, extra=("--shuffle_buffer_size", "16")))
+    seen = []
+    trainer = run_training(_stream_argv(data, tmp_path / "out", steps=10, extra=("--shuffle_buffer_size", "16")),
+                           on_build=_spy(seen))
     assert trainer.state.global_step == 10  # 80 examples from a 64-row stream: read again, as HF does for epochs
+    assert len(seen) == 80 and len(set(seen[:64])) == 64  # the first pass holds every row once
+    assert seen[64:] != seen[:16]  # the second pass is shuffled anew (set_epoch reaches the stream)
+    tok = trainer.processing_class
+    in_order = [tuple(x) for x in tok(random_sentences(64, seed=3), truncation=True, max_length=32)["input_ids"]]
+    assert seen[:64] != in_order and sorted(seen[:64]) == sorted(in_order)  # shuffled, nothing lost
     assert isinstance(trainer.train_dataset.stream, datasets.IterableDataset)
     assert len(logged_losses(trainer)) == 10
     saved = json.loads((tmp_path / "out" / "checkpoint-4" / "stream_state_0.json").read_text())
@@ -183,19 +201,10 @@ def test_streaming_trains_max_steps_on_the_fly(data, tmp_path):
 def test_streaming_in_order_is_the_file_order(data, tmp_path):
     """Buffer 0 reads in order: the same first step as --train_file without shuffling (the file's first 8)."""
     seen = []
-
-    def spy(trainer):
-        real = trainer.data_collator
-
-        def collate(features):
-            seen.extend(f["input_ids"][0] for f in features)
-            return real(features)
-        trainer.data_collator = collate
-
-    run_training(_stream_argv(data, tmp_path / "out", steps=2, extra=("--shuffle_buffer_size", "0")), on_build=spy)
-    tok = __import__("transformers").AutoTokenizer.from_pretrained(str(data / "model"))
-    expected = tok(random_sentences(64, seed=3)[:16], truncation=True, max_length=32)["input_ids"]
-    assert seen == expected
+    trainer = run_training(_stream_argv(data, tmp_path / "out", steps=2, extra=("--shuffle_buffer_size", "0")),
+                           on_build=_spy(seen))
+    expected = trainer.processing_class(random_sentences(64, seed=3)[:16], truncation=True, max_length=32)["input_ids"]
+    assert seen == [tuple(x) for x in expected]
 
 
 @pytest.mark.parametrize("extra", [[], ["--do_mlm", "true", "--gradient_cache_chunk_size", "4"]])
