@@ -224,3 +224,21 @@ def test_streaming_resume_without_a_saved_position_is_refused(data, tmp_path):
                        extra=("--save_strategy", "steps", "--save_steps", "4")))
     msg = training_error(_stream_argv(data, tmp_path / "s") + ["--resume_from_checkpoint", str(tmp_path / "mapped" / "checkpoint-4")])
     assert "has no stream position for process 0" in msg
+
+
+def test_next_sentence_objective_from_a_dataset_equals_the_file(data, tmp_path):
+    extra = ["--objective", "next_3_sentences"]
+    from_file = run_training(_argv(data, tmp_path / "file", "--train_file", str(data / "train.txt"), steps=3, extra=extra))
+    from_hub = run_training(_argv(data, tmp_path / "hub", "--dataset_name", str(data / "hub"),
+                                  "--dataset_config_name", "wiki", steps=3, extra=extra))
+    assert from_hub.train_dataset["input_ids"] == from_file.train_dataset["input_ids"]
+    assert logged_losses(from_hub) == logged_losses(from_file)
+
+
+def test_offline_hub_dataset_stops_with_one_line_naming_it(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    msg = training_error(_argv(data, tmp_path / "out", "--dataset_name", "princeton-nlp/datasets-for-simcse",
+                               "--dataset_data_files", "wiki1m_for_simcse.txt"))
+    assert "--dataset_name 'princeton-nlp/datasets-for-simcse'" in msg and "Hub cannot be reached" in msg
+    assert not (tmp_path / "out").exists()
