@@ -68,7 +68,7 @@ def load_dataset_source(name: str, config: str | None = None, split: str = "trai
                              "--dataset_data_files do not apply to it")
         try:
             ds = datasets.load_from_disk(name)
-        except Exception as e:  # noqa: BLE001 - any failure of the reader is reported as one line
+        except Exception as e:  # any failure of the reader is reported as one line
             raise ValueError(f"{flag} {name!r}: cannot read the save_to_disk folder: {_first_line(e)}") from e
         if isinstance(ds, datasets.DatasetDict):
             if split not in ds:
@@ -87,7 +87,7 @@ def load_dataset_source(name: str, config: str | None = None, split: str = "trai
     except ConnectionError as e:
         raise ValueError(f"{flag} {name!r}: not a local folder ({str(local.resolve())!r} does not exist) and the "
                          f"Hub cannot be reached ({_first_line(e)})") from e
-    except Exception as e:  # noqa: BLE001 - datasets raises many kinds; the user gets one line either way
+    except Exception as e:  # datasets raises many kinds; the user gets one line either way
         what = f" (config {config!r}, split {split!r}{f', data files {data_files!r}' if data_files else ''})"
         raise ValueError(f"{flag} {name!r}{what} could not be loaded: {_first_line(e)}") from e
 
@@ -157,7 +157,7 @@ class DatasetRef:
         return enumerate(dataset_texts(self.name, self.column, self.config, self.split, self.data_files,
                                        self.streaming), 1)
 
-    def check(self) -> "DatasetRef":
+    def check(self) -> DatasetRef:
         """Open the dataset and check its column now (before a model is loaded); returns ``self``.
 
         Raises:
@@ -172,7 +172,7 @@ class DatasetRef:
         return {"dataset": asdict(self)}
 
     @classmethod
-    def from_description(cls, d: dict) -> "DatasetRef":
+    def from_description(cls, d: dict) -> DatasetRef:
         """The reference :meth:`describe` wrote."""
         return cls(**d["dataset"])
 

@@ -31,10 +31,20 @@ from collections import deque
 import torch
 from transformers import Trainer
 
-from simcse.files.dataset_source import column_names, load_dataset_source, require_columns
+from simcse.files.dataset_source import (
+    column_names,
+    load_dataset_source,
+    require_columns,
+)
 from simcse.files.storage import write_text_atomic
-from simcse.training.data import (NEUTRAL_COLUMN, OBJECTIVE_WINDOWS, complete_rows, consecutive_pairs,
-                                  drop_incomplete_rows, tokenize_views)
+from simcse.training.data import (
+    NEUTRAL_COLUMN,
+    OBJECTIVE_WINDOWS,
+    complete_rows,
+    consecutive_pairs,
+    drop_incomplete_rows,
+    tokenize_views,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,13 @@ import time
 
 import pytest
 
-from simcse.files.dataset_source import DatasetRef, dataset_texts, is_saved_dataset, load_dataset_source, require_columns
+from simcse.files.dataset_source import (
+    DatasetRef,
+    dataset_texts,
+    is_saved_dataset,
+    load_dataset_source,
+    require_columns,
+)
 
 datasets = pytest.importorskip("datasets")
 

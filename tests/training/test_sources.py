@@ -7,8 +7,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import (
+    csv_rows,
+    logged_losses,
+    make_tiny_model,
+    random_sentences,
+    run_training,
+    training_error,
+)
 
-from conftest import csv_rows, logged_losses, make_tiny_model, random_sentences, run_training, training_error
 from simcse.training.sources import view_columns
 
 datasets = pytest.importorskip("datasets")

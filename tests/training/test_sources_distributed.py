@@ -9,7 +9,6 @@ import time
 
 import pytest
 import torch
-
 from conftest import make_tiny_model, random_sentences
 
 pytest.importorskip("datasets")
