@@ -4,6 +4,7 @@
     simcse encode   --model M --input corpus.txt --output DIR [--shard-size 100000] [--dtype float16]
     torchrun --nproc_per_node N -m simcse encode --model M --input corpus.txt --output DIR
     simcse index    --model M --input corpus.txt|SHARD_DIR --output DIR [--kind exact|ivf|ivfpq|hnsw] [--no-faiss]
+    simcse encode|index --model M --dataset_name NAME_OR_FOLDER [--sentence_column text] [--streaming] --output ...
     simcse search   --index DIR --query "a man plays guitar" [--query ...] [--model M] [--top-k 5] [--json]
     simcse serve    [--index DIR | --model M --input corpus.txt] [--host 127.0.0.1] [--port 8000]
     simcse export   --model M --output DIR --format sentence-transformers|huggingface|onnx [--quantize int8]
@@ -22,6 +23,10 @@ read the column ``--column`` names, ``.jsonl`` files one JSON string or object (
 pooler the index records; a different ``--model``/``--pooler`` is an error.
 With ``--output`` a folder, ``encode`` streams the file into resumable shards (:mod:`simcse.retrieval.shards`),
 split across ranks under ``torchrun``.
+Instead of ``--input``, ``encode`` and ``index`` read a dataset's text column with ``--dataset_name NAME_OR_FOLDER
+[--dataset_config_name C] [--dataset_split train] [--dataset_data_files F] [--sentence_column text] [--streaming]``
+(:mod:`simcse.files.dataset_source`: a Hub id, a local folder in the Hub's layout, a ``save_to_disk`` folder);
+rows stand where lines do (a blank row is an error unless ``--skip-blank``).
 Problems with the inputs end the command with ``error: ...`` on stderr and exit status 2.
 """
 from __future__ import annotations
@@ -49,6 +54,37 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32")
 
 
+def _add_dataset_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("a dataset instead of --input (simcse.files.dataset_source)")
+    g.add_argument("--dataset_name", "--dataset-name", dest="dataset_name", default=None,
+                   help="Hub dataset id, local folder in the Hub's layout, or save_to_disk folder")
+    g.add_argument("--dataset_config_name", "--dataset-config-name", dest="dataset_config_name", default=None)
+    g.add_argument("--dataset_split", "--dataset-split", dest="dataset_split", default="train")
+    g.add_argument("--dataset_data_files", "--dataset-data-files", dest="dataset_data_files", default=None,
+                   help="file name or glob pattern inside the dataset")
+    g.add_argument("--sentence_column", "--sentence-column", dest="sentence_column", default="text",
+                   help="the dataset's sentence column (default text)")
+    g.add_argument("--streaming", action="store_true", help="read the dataset as a stream (never loaded whole)")
+
+
+def _source(args):
+    """``args.input``, or the :class:`~simcse.files.dataset_source.DatasetRef` of ``--dataset_name`` (exactly one)."""
+    from simcse.files.dataset_source import DatasetRef
+
+    if args.dataset_name is None:
+        if args.input is None:
+            raise CLIError("give --input (a sentence file) or --dataset_name (a dataset)")
+        if args.streaming or args.dataset_config_name or args.dataset_data_files:
+            raise CLIError("--streaming, --dataset_config_name and --dataset_data_files apply to --dataset_name")
+        return args.input
+    if args.input is not None:
+        raise CLIError(f"--input {args.input!r} and --dataset_name {args.dataset_name!r} both name the sentences: give one")
+    if args.column is not None:
+        raise CLIError("--column applies to a .csv/.tsv/.jsonl --input; for --dataset_name use --sentence_column")
+    return DatasetRef(args.dataset_name, args.sentence_column, args.dataset_config_name, args.dataset_split,
+                      args.dataset_data_files, args.streaming).check()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
                                 "serve, export, convert, train, evaluate, download.")
@@ -57,11 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
-    e.add_argument("--input", required=True, help="text file, one sentence per line ('-' for stdin); or .csv/.tsv/"
-                   ".jsonl with --column")
+    e.add_argument("--input", default=None, help="text file, one sentence per line ('-' for stdin); or .csv/.tsv/"
+                   ".jsonl with --column (or give --dataset_name)")
     e.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv file (field of a .jsonl file)")
     e.add_argument("--output", required=True, help=".npy file to write (float32, N x H), or a folder: the file "
                    "streamed into resumable shards plus manifest.json (data-parallel under torchrun)")
+    _add_dataset_args(e)
     e.add_argument("--no-normalize", action="store_true", help="keep raw embeddings (default: unit length)")
     e.add_argument("--skip-blank", action="store_true", help="skip blank lines instead of failing on them")
     e.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded per step")
@@ -70,10 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("index", help="build a search index of the lines of a text file")
     _add_model_args(i)
-    i.add_argument("--input", required=True, help="text file, one sentence per line (blank lines skipped); or "
+    i.add_argument("--input", default=None, help="text file, one sentence per line (blank lines skipped); or "
                    ".csv/.tsv/.jsonl with --column; or a shard folder written by 'simcse encode --output DIR' "
-                   "(not encoded again)")
+                   "(not encoded again); or give --dataset_name")
     i.add_argument("--column", default=None, help="the sentence column of a .csv/.tsv file (field of a .jsonl file)")
+    _add_dataset_args(i)
     i.add_argument("--output", required=True, help="folder to write the index into")
     g = i.add_mutually_exclusive_group()
     g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None, help="require faiss")
@@ -137,10 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_lines(path: str, skip_blank: bool, column: str | None = None) -> list[str]:
-    """The records of an input file (see the module docstring); a blank one is an error unless ``skip_blank``."""
+def _read_lines(path, skip_blank: bool, column: str | None = None) -> list[str]:
+    """The records of an input file (see the module docstring) or of a
+    :class:`~simcse.files.dataset_source.DatasetRef`; a blank one is an error unless ``skip_blank``."""
+    from simcse.files.dataset_source import DatasetRef
     from simcse.files.inputs import lines_of, sentence_rows
 
+    if isinstance(path, DatasetRef):
+        rows = path.rows()
+        if skip_blank:
+            return [s for _, s in rows if s.strip()]
+        out = []
+        for n, s in rows:
+            if not s.strip():
+                raise CLIError(f"{path}, row {n} is blank (pass --skip-blank to drop blank rows)")
+            out.append(s)
+        return out
     if path == "-":
         import io
 
@@ -188,9 +238,11 @@ def cmd_encode_shards(args) -> int:
     """``simcse encode --output DIR``: streaming, sharded, resumable; this rank's share under torchrun."""
     import os
 
+    from simcse.files.dataset_source import DatasetRef
     from simcse.retrieval.shards import DEFAULT_SHARD_SIZE, encode_to_shards
 
-    if args.input == "-" or not Path(args.input).is_file():
+    source = _source(args)
+    if not isinstance(source, DatasetRef) and (args.input == "-" or not Path(args.input).is_file()):
         raise CLIError(f"--input {args.input!r} is not a file (a folder output needs a file: it is read again to resume)")
     if "LOCAL_RANK" in os.environ and args.device is None:  # torchrun: one GPU per process when there are GPUs
         import torch
@@ -208,7 +260,7 @@ def cmd_encode_shards(args) -> int:
         return tool.encode(texts, batch_size=args.batch_size, return_numpy=True, normalize_to_unit=not args.no_normalize,
                            dtype=_dtype(args), show_progress=False)
 
-    manifest = encode_to_shards(encode, args.input, args.output, settings, shard_size=args.shard_size or DEFAULT_SHARD_SIZE,
+    manifest = encode_to_shards(encode, source, args.output, settings, shard_size=args.shard_size or DEFAULT_SHARD_SIZE,
                                 dtype=args.dtype, skip_blank=args.skip_blank, column=args.column,
                                 log=lambda m: print(m, file=sys.stderr, flush=True))
     if manifest is not None:
@@ -227,7 +279,7 @@ def cmd_encode(args) -> int:
         raise CLIError(f"--output {args.output!r} must end in .npy (one array) or name a folder (shards)")
     if args.shard_size is not None or args.dtype != "float32":
         raise CLIError("--shard-size and --dtype apply to a folder --output (shards), not to a .npy file")
-    sentences = _read_lines(args.input, args.skip_blank, args.column)
+    sentences = _read_lines(_source(args), args.skip_blank, args.column)
     tool = _tool(args, args.model)
     from simcse.files.storage import check_room, writing
 
@@ -278,10 +330,12 @@ def _index_params(args) -> dict:
 
 
 def cmd_index(args) -> int:
+    from simcse.files.dataset_source import DatasetRef
     from simcse.retrieval.lifecycle import check_index_target
     from simcse.retrieval.shards import is_shard_folder
 
-    if not Path(args.input).is_file() and not is_shard_folder(args.input):
+    source = _source(args)
+    if not isinstance(source, DatasetRef) and not Path(source).is_file() and not is_shard_folder(source):
         raise CLIError(f"--input {args.input!r} is not a file or a finished shard folder (with manifest.json)")
     params = _index_params(args)
     try:
@@ -289,7 +343,7 @@ def cmd_index(args) -> int:
     except (FileExistsError, ValueError) as e:
         raise CLIError(f"--output: {e}") from None
     tool = _tool(args, args.model)
-    tool.build_index(args.input, use_faiss=args.use_faiss, batch_size=args.batch_size,
+    tool.build_index(source, use_faiss=args.use_faiss, batch_size=args.batch_size,
                      column=args.column, chunk_size=args.chunk_size, **params)
     tool.save_index(args.output)
     print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)

@@ -202,3 +202,66 @@ def test_fast_is_kind_ivf_and_conflicts_are_named_by_the_options_given(tmp_path,
     tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
     with pytest.raises(ValueError, match=r"faiss_fast=True asks for an IVF index, but kind='hnsw'"):
         tool.build_index(SENTENCES, faiss_fast=True, kind="hnsw")
+
+# ------------------------------------------------------------------------------ sentences from a dataset
+@pytest.fixture(scope="module")
+def dataset_folders(tmp_path_factory):
+    """The corpus as a local folder in the Hub's layout (README configs) and as a save_to_disk folder."""
+    datasets = pytest.importorskip("datasets")
+    root = tmp_path_factory.mktemp("cli_datasets")
+    (root / "hub" / "data").mkdir(parents=True)
+    (root / "hub" / "data" / "corpus.txt").write_text("\n".join(SENTENCES) + "\n")
+    (root / "hub" / "data" / "other.txt").write_text("a dog .\n")
+    (root / "hub" / "README.md").write_text("---\nconfigs:\n- config_name: corpus\n  data_files: data/corpus.txt\n"
+                                            "- config_name: other\n  data_files: data/other.txt\n---\n")
+    datasets.Dataset.from_dict({"sentence": SENTENCES, "n": list(range(len(SENTENCES)))}).save_to_disk(root / "disk")
+    return root
+
+
+@pytest.mark.parametrize("source", [
+    ["--dataset_name", "@hub", "--dataset_config_name", "corpus"],
+    ["--dataset_name", "@hub", "--dataset_config_name", "corpus", "--streaming"],
+    ["--dataset_name", "@disk", "--sentence_column", "sentence"],
+])
+def test_encode_from_a_dataset_equals_the_text_file(tmp_path, tiny_bert_dir, dataset_folders, tool, source):
+    source = [str(dataset_folders / a[1:]) if a.startswith("@") else a for a in source]
+    out = tmp_path / "emb.npy"
+    assert cli.main(["encode", "--model", str(tiny_bert_dir), "--pooler", "avg", *source, "--output", str(out),
+                     "--chunk-size", "5"]) == 0
+    np.testing.assert_allclose(np.load(out), tool.encode(SENTENCES, return_numpy=True), rtol=1e-5, atol=1e-6)
+
+
+def test_encode_shards_and_index_from_a_streamed_dataset(tmp_path, tiny_bert_dir, dataset_folders, capsys):
+    from simcse.retrieval.shards import ShardSet
+
+    source = ["--dataset_name", str(dataset_folders / "hub"), "--dataset_config_name", "corpus", "--streaming"]
+    shards = tmp_path / "shards"
+    assert cli.main(["encode", "--model", str(tiny_bert_dir), "--pooler", "avg", *source, "--output", str(shards),
+                     "--shard-size", "5"]) == 0
+    s = ShardSet(shards)
+    assert s.num_rows == len(SENTENCES) and list(s.iter_sentences()) == SENTENCES
+    idx = tmp_path / "idx"
+    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", *source, "--output", str(idx),
+                     "--no-faiss"]) == 0
+    capsys.readouterr()
+    assert cli.main(["search", "--index", str(idx), "--query", SENTENCES[3], "--top-k", "1", "--threshold", "-1",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0][0] == SENTENCES[3]
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--input", "@corpus", "--dataset_name", "@hub"], "both name the sentences: give one"),
+    ([], "give --input (a sentence file) or --dataset_name"),
+    (["--dataset_name", "@disk"], "has no column 'text' (--sentence_column); its columns: ['sentence', 'n']"),
+    (["--dataset_name", "@disk", "--column", "sentence"], "for --dataset_name use --sentence_column"),
+    (["--input", "@corpus", "--streaming"], "apply to --dataset_name"),
+])
+def test_dataset_source_errors(tmp_path, tiny_bert_dir, dataset_folders, corpus, capsys, extra, expected):
+    paths = {"corpus": str(corpus), "hub": str(dataset_folders / "hub"), "disk": str(dataset_folders / "disk")}
+    extra = [paths[a[1:]] if a.startswith("@") else a for a in extra]
+    for cmd in ("encode", "index"):
+        out = tmp_path / cmd / ("e.npy" if cmd == "encode" else "idx")
+        assert cli.main([cmd, "--model", str(tiny_bert_dir), "--pooler", "avg", *extra, "--output", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("\n") == 1, err
+        assert not out.exists()

@@ -28,7 +28,7 @@ _TRAIN_DATASETS = {"wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
                    "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse"}
 # keys of the training configuration listed in the card, in order
 CARD_TRAINING_KEYS = (
-    "model_name_or_path", "train_file", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
+    "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
     "max_seq_length", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps", "seed",
 )
 _POOLER_TEXT = {
@@ -202,7 +202,8 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
     data = ModelCardData(
         library_name="sentence-transformers" if st_ok else "transformers", pipeline_tag="sentence-similarity",
         base_model=_hub_id(training.get("model_name_or_path")), license=license, model_name=name,
-        datasets=[_TRAIN_DATASETS[train_file]] if train_file in _TRAIN_DATASETS else None,
+        datasets=([_TRAIN_DATASETS[train_file]] if train_file in _TRAIN_DATASETS else
+                  [_hub_id(training.get("dataset_name"))] if _hub_id(training.get("dataset_name")) else None),
         tags=[CARD_TAG, "sentence-transformers", "sentence-similarity", "feature-extraction"],
         eval_results=_eval_results(merged) or None,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simcse.files.dataset_source import DatasetRef
 from simcse.files.inputs import check_sentences, iter_sentences
 from simcse.files.storage import writing
 from simcse.retrieval.index import INDEX_CONFIG_NAME, KIND_ALIASES, load_index, make_index
@@ -152,7 +153,8 @@ class IndexLifecycle:
                 file: plain text, one sentence per line (split only at ``\\n``); ``.csv``/``.tsv`` with a
                 header (``column`` names the sentence column); ``.jsonl`` (one JSON string or object a line);
                 or a folder of shards written by ``simcse encode --output DIR`` (:mod:`simcse.retrieval.shards`; nothing
-                is encoded again). Blank lines and cells are skipped.
+                is encoded again); or a :class:`simcse.files.dataset_source.DatasetRef` (a dataset's text
+                column). Blank lines and cells are skipped.
             use_faiss: True: faiss (ImportError when missing); False: numpy; None: faiss when installed.
             faiss_fast: the reference's approximate index: an IVF index with the inner-product metric (see
                 :class:`simcse.retrieval.index.FaissIVFIndex`) with ``nlist`` = ``num_cells`` (100) clusters and
@@ -244,7 +246,8 @@ class IndexLifecycle:
         """Encode and append sentences to the index (the reference's ``add_to_index``, same parameter order);
         an exact index is made first if there is none.
 
-        Takes the same inputs as :meth:`build_index`. Returns the number of sentences added.
+        Takes the same inputs as :meth:`build_index`, and a :class:`simcse.files.dataset_source.DatasetRef` (a
+        dataset's text column, read row by row; blank rows skipped). Returns the number of sentences added.
         A list is checked whole before anything is added, so a bad item leaves the index unchanged; a
         file is read, encoded and added ``chunk_size`` lines at a time.
         """
@@ -252,7 +255,9 @@ class IndexLifecycle:
         self._use_device(device)
         chunk_size = self._check_positive(chunk_size, "chunk_size")
         path = Path(sentences_or_file) if isinstance(sentences_or_file, (str, os.PathLike)) else None
-        if path is not None:
+        if isinstance(sentences_or_file, DatasetRef):  # a dataset's text column, read row by row
+            source, total = (t for _, t in sentences_or_file.rows() if t.strip()), None
+        elif path is not None:
             if not path.is_file():
                 raise FileNotFoundError(f"{str(path)!r} is not a file (pass a list to index sentences themselves)")
             source: Iterator[str] = iter_sentences(path, column)

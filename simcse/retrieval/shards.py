@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simcse.files.dataset_source import DatasetRef
+
 MANIFEST_NAME = "manifest.json"
 RUN_NAME = "encode_run.json"
 FORMAT = "simcse-shards"
@@ -66,7 +68,8 @@ def is_shard_folder(path: str | os.PathLike) -> bool:
 def iter_records(path: str | os.PathLike, skip_blank: bool = False, column: str | None = None
                  ) -> Iterator[tuple[int, str]]:
     """``(line_number, text)`` for each record of a sentence file (:func:`simcse.files.inputs.sentence_rows`: plain
-    text split only at ``\\n``, or ``.csv``/``.tsv``/``.jsonl`` with ``column``), 1-based line numbers.
+    text split only at ``\\n``, or ``.csv``/``.tsv``/``.jsonl`` with ``column``), 1-based line numbers; or
+    ``(row number, text)`` of a :class:`simcse.files.dataset_source.DatasetRef` (``column`` unused).
 
     Raises:
         ValueError: a line is not UTF-8 or not a valid record (the message gives file and line), or a record
@@ -74,11 +77,13 @@ def iter_records(path: str | os.PathLike, skip_blank: bool = False, column: str 
     """
     from simcse.files.inputs import sentence_rows
 
-    for n, text in sentence_rows(path, column):
+    rows = path.rows() if isinstance(path, DatasetRef) else sentence_rows(path, column)
+    for n, text in rows:
         if not text.strip():
             if skip_blank:
                 continue
-            raise ValueError(f"{path}:{n} is blank (pass --skip-blank / skip_blank=True to drop blank lines)")
+            where = f"{path}, row {n}" if isinstance(path, DatasetRef) else f"{path}:{n}"
+            raise ValueError(f"{where} is blank (pass --skip-blank / skip_blank=True to drop blank lines)")
         yield n, text
 
 
@@ -218,7 +223,8 @@ def encode_to_shards(
 
     Args:
         encode: ``list[str] -> float32 (n, H)``, deterministic (e.g. ``SimCSE.encode`` with fixed options).
-        input_path: UTF-8 sentence file: text, one sentence per line, or ``.csv``/``.tsv``/``.jsonl``.
+        input_path: UTF-8 sentence file: text, one sentence per line, or ``.csv``/``.tsv``/``.jsonl``; or a
+            :class:`simcse.files.dataset_source.DatasetRef` (a dataset's text column, recorded in the manifest).
         output_dir: folder for the shards (created); may hold an interrupted run of the same settings.
         settings: what identifies the embeddings (``model_fingerprint``, pooler, normalize, max_length, ...);
             stored in the manifest and compared on resume, except :data:`DESCRIPTIVE_SETTINGS` (``model``: the
@@ -243,8 +249,8 @@ def encode_to_shards(
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
     rank, world = _rank_world(rank, world_size)
-    src = Path(input_path)
-    if not src.is_file():
+    src = input_path if isinstance(input_path, DatasetRef) else Path(input_path)
+    if not isinstance(src, DatasetRef) and not src.is_file():
         raise FileNotFoundError(f"{str(src)!r} is not a file")
     log = log or (lambda msg: None)
     folder = Path(output_dir)
@@ -252,7 +258,8 @@ def encode_to_shards(
 
     num_rows = count_records(src, skip_blank, column)  # validates every line first: a bad line costs no encoding
     run = {"format": FORMAT, "format_version": FORMAT_VERSION, **settings, "dtype": dtype, "shard_size": shard_size,
-           "input": str(src.resolve()), "input_bytes": src.stat().st_size, "skip_blank": bool(skip_blank),
+           **({"input": src.describe(), "input_bytes": None} if isinstance(src, DatasetRef) else
+              {"input": str(src.resolve()), "input_bytes": src.stat().st_size}), "skip_blank": bool(skip_blank),
            "column": column, "num_rows": num_rows, "num_shards": math.ceil(num_rows / shard_size)}
     _check_run(folder, run)
 
@@ -368,7 +375,9 @@ class ShardSet:
             FileNotFoundError: the input file is gone.
         """
         src = self.manifest["input"]
-        if not Path(src).is_file():
+        if isinstance(src, dict):  # a dataset (simcse encode --dataset_name)
+            src = DatasetRef.from_description(src)
+        elif not Path(src).is_file():
             raise FileNotFoundError(f"{src} (the encoded corpus, named in {self.folder / MANIFEST_NAME}) is missing")
         shard_size = self.manifest["shard_size"]
         seen = 0

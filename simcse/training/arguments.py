@@ -159,7 +159,9 @@ class ModelArguments:
 class DataTrainingArguments:
     """What to train on and evaluate with."""
 
-    train_file: str = field(metadata={"help": "Text file (one sentence per line) or CSV with sent0,sent1[,hard_neg]."})
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "Text file (one sentence per line) or CSV with sent0,sent1[,hard_neg]. Or give --dataset_name."})
     max_seq_length: int = field(default=32, metadata={"help": "Truncate sentences to this many tokens (>= 2)."})
     pad_to_max_length: bool = field(default=False, metadata={"help": "Pad every batch to max_seq_length instead of its longest sentence."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
@@ -224,14 +226,39 @@ class DataTrainingArguments:
         metadata={"help": "Also score the 7 transfer tasks (dev accuracy, fast 5-fold mode) at every evaluation, "
                           "as the reference's --eval_transfer; the checkpoint choice still uses stsb_spearman."},
     )
-    # ---- the reference train.py's Hugging Face data options; simcse trains from --train_file only
-    dataset_name: str | None = field(default=None, metadata={"help": "Not supported (the reference only reads --train_file either); error when given."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Not supported, as --dataset_name."})
+    # ---- the reference train.py's Hugging Face data options, same meaning (it refused them; simcse reads them)
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Train on a dataset instead of --train_file: a Hub id (e.g. princeton-nlp/datasets-for-simcse), "
+                          "a local folder in the Hub's layout (data files, optionally a README with a configs: block) "
+                          "or a folder written by Dataset.save_to_disk. Not together with --train_file."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The configuration of --dataset_name (a config_name of its README)."})
+    dataset_split: str = field(default="train", metadata={"help": "The split of --dataset_name to train on."})
+    dataset_data_files: str | None = field(
+        default=None,
+        metadata={"help": "File name or glob pattern inside --dataset_name, for repositories that hold several files "
+                          "(e.g. wiki1m_for_simcse.txt)."},
+    )
+    sentence_column: str = field(default="text", metadata={"help": "--dataset_name: the column of single sentences (unsupervised)."})
+    sent0_column: str = field(default="sent0", metadata={"help": "--dataset_name: the column of the anchors of pairs/triplets."})
+    sent1_column: str = field(default="sent1", metadata={"help": "--dataset_name: the column of the positives of pairs/triplets."})
+    hard_neg_column: str = field(default="hard_neg", metadata={"help": "--dataset_name: the column of hard negatives (used when present)."})
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "--dataset_name read as a stream (datasets.IterableDataset): never loaded whole, tokenised on "
+                          "the fly, each process reading its own part. Needs --max_steps."},
+    )
+    shuffle_buffer_size: int = field(
+        default=10_000,
+        metadata={"help": "--streaming: shuffle the stream's shards and then through a buffer of this many examples, "
+                          "seeded with --seed (0: read in order)."},
+    )
     overwrite_cache: bool = field(default=False, metadata={"help": "Accepted; no effect (tokenisation is not cached on disk here)."})
     validation_split_percentage: int | None = field(default=5, metadata={"help": "Accepted; no effect (unused by the reference too)."})
 
     def __post_init__(self):
-        from simcse.training.data import OBJECTIVE_WINDOWS, check_train_file
+        from simcse.training.data import OBJECTIVE_WINDOWS
 
         if self.objective != "simcse" and self.objective not in OBJECTIVE_WINDOWS:
             raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
@@ -252,10 +279,34 @@ class DataTrainingArguments:
             raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
-        if self.dataset_name or self.dataset_config_name:
-            raise ValueError("--dataset_name/--dataset_config_name are not supported: give the data as --train_file "
-                             "(a .txt or .csv file), as the reference's train.py requires too")
-        check_train_file(self.train_file)
+        self._check_source()
+
+    def _check_source(self) -> None:
+        """Exactly one of --train_file / --dataset_name, and the options that go with each."""
+        from simcse.training.data import check_train_file
+
+        if self.train_file and self.dataset_name:
+            raise ValueError(f"--train_file {self.train_file!r} and --dataset_name {self.dataset_name!r} both name the "
+                             "training data: give one")
+        if not self.train_file and not self.dataset_name:
+            raise ValueError("no training data: give --train_file (a .txt or .csv file) or --dataset_name (a dataset)")
+        if self.train_file:
+            given = [f"--{k}" for k in ("dataset_config_name", "dataset_data_files") if getattr(self, k)]
+            given += ["--streaming"] if self.streaming else []
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to --dataset_name, not to --train_file")
+            check_train_file(self.train_file)
+            return
+        for k in ("sentence_column", "sent0_column", "sent1_column", "hard_neg_column", "dataset_split"):
+            if not isinstance(getattr(self, k), str) or not getattr(self, k):
+                raise ValueError(f"--{k} must name a column (split), got {getattr(self, k)!r}")
+        if not isinstance(self.shuffle_buffer_size, int) or self.shuffle_buffer_size < 0:
+            raise ValueError(f"--shuffle_buffer_size must be an integer >= 0, got {self.shuffle_buffer_size}")
+        if self.streaming:
+            what = [f"--objective {self.objective}"] if self.objective != "simcse" else []
+            what += ["--batch_sampler no_duplicates"] if self.batch_sampler == "no_duplicates" else []
+            if what:
+                raise ValueError(f"{' and '.join(what)} need the whole dataset at once: not with --streaming true")
 
 
 @dataclass

@@ -74,7 +74,10 @@ def _load_model(model_args, dropout: float | None):
 def _load_dataset(data_args, seed: int):
     """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--objective``)."""
     from simcse.training.data import load_next_sentence_dataset, load_sentence_dataset
+    from simcse.training.sources import load_training_dataset
 
+    if data_args.dataset_name:
+        return load_training_dataset(data_args, seed)
     if data_args.objective != "simcse":
         return load_next_sentence_dataset(data_args.train_file, data_args.objective, seed=seed,
                                           max_train_samples=data_args.max_train_samples)
@@ -121,10 +124,7 @@ def build(model_args, data_args, training_args):
     consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
-    from simcse.training.callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
     from simcse.training.data import tokenize_dataset
-    from simcse.models.dual_encoder import DualEncoderModel
-    from simcse.training.trainer import SimCSETrainer
 
     augmentation = model_args.augmentation
     dropout = model_args.dropout
@@ -136,8 +136,13 @@ def build(model_args, data_args, training_args):
             from simcse.evaluation import resolve_senteval_dir
 
             data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
+        if data_args.streaming:
+            _check_streaming(model_args, training_args)
         model = _load_model(model_args, dropout)
-        ds, columns = _load_dataset(data_args, training_args.seed)
+        if data_args.streaming:
+            ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
+        else:
+            ds, columns = _load_dataset(data_args, training_args.seed)
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
     limit = model.max_input_tokens
@@ -163,23 +168,36 @@ def build(model_args, data_args, training_args):
             raise SetupError(str(e)) from e
     if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
         raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
+    source = data_args.train_file or data_args.dataset_name
+    if data_args.streaming:
+        return _trainer(model, model_args, data_args, training_args, ds, None)
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
             ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
     else:
         training_args.remove_unused_columns = False  # the collator needs the text column
-    logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), data_args.train_file)
+    logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)
     if len(ds) < 2 and len(columns) < 3:
-        raise SetupError(f"train_file {data_args.train_file!r} gives 1 usable example; InfoNCE needs at least 2 "
+        what = "train_file" if data_args.train_file else "dataset"
+        raise SetupError(f"{what} {source!r} gives 1 usable example; InfoNCE needs at least 2 "
                          "(or a hard-negative column)")
     _drop_one_row_last_batch(len(ds), len(columns), training_args)
-    collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
     if augmentation != "none":
         from simcse.training.data import KeyedDataset
 
         ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.training.data
         training_args.remove_unused_columns = False  # the collator reads the draw keys
+    return _trainer(model, model_args, data_args, training_args, ds, train_rows)
+
+
+def _trainer(model, model_args, data_args, training_args, ds, train_rows):
+    """The :class:`SimCSETrainer` over ``ds`` (output room checked, signal handling attached)."""
+    from simcse.training.callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
+    from simcse.models.dual_encoder import DualEncoderModel
+    from simcse.training.trainer import SimCSETrainer
+
+    collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
     if model_args.two_encoders:
         model = DualEncoderModel(model)
     signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
@@ -203,7 +221,36 @@ def build(model_args, data_args, training_args):
     )
     if signals:
         trainer.add_callback(SaveOnSignalCallback(signals))
+    if data_args.streaming and training_args.resume_from_checkpoint:
+        # the stream is already at the checkpoint's position: HF must not skip (re-read) the trained batches
+        training_args.ignore_data_skip = True
+        trainer._stream_resume = str(training_args.resume_from_checkpoint)
     return trainer
+
+
+def _check_streaming(model_args, training_args) -> None:
+    """What a stream cannot do, refused before anything is loaded."""
+    if not training_args.max_steps or training_args.max_steps < 1:
+        raise ValueError("--streaming true needs --max_steps N (a stream has no length to count epochs by)")
+    if model_args.augmentation != "none":
+        raise ValueError("--augmentation keys its draws by the example's row: not with --streaming true")
+
+
+def _streaming_dataset(data_args, training_args, tok):
+    """``(StreamingTrainSet, view names)``: this process's part of the stream, tokenised on the fly; put back at
+    the checkpoint's position when resuming (:func:`simcse.training.sources.streaming_training_set`)."""
+    from simcse.training.sources import streaming_training_set
+
+    ds, columns = streaming_training_set(
+        data_args, tok, seed=training_args.seed, rank=training_args.process_index,
+        world=max(1, training_args.world_size),
+        batch_per_step=training_args.train_batch_size * training_args.gradient_accumulation_steps,
+        resume_from=training_args.resume_from_checkpoint)
+    if training_args.dataloader_num_workers:
+        logger.info("--streaming: the stream is read in the main process (--dataloader_num_workers ignored)")
+    logger.info("training on a stream of %s with %d view(s) each (%d examples per process per step)",
+                data_args.dataset_name, len(columns), training_args.train_batch_size * training_args.gradient_accumulation_steps)
+    return ds, columns
 
 def _check_output_room(model, training_args, checkpoints: bool) -> None:
     """Refuse, before training, an ``output_dir`` that clearly cannot hold one checkpoint (or the final model).

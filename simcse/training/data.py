@@ -210,21 +210,34 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
                 )
             columns.append(NEUTRAL_COLUMN)
         ds = ds.remove_columns([c for c in ds.column_names if c not in columns])
-    n_before = len(ds)
-
-    def _complete(batch):
-        return [all(isinstance(batch[c][i], str) and batch[c][i].strip() for c in columns) for i in range(len(batch[columns[0]]))]
-
-    ds = ds.filter(_complete, batched=True)
-    skipped = n_before - len(ds)
-    if skipped:
-        what = "blank lines" if p.suffix == ".txt" else "rows with an empty cell"
-        logger.warning("%s: skipped %d %s of %d", p, skipped, what, n_before)
-    if len(ds) == 0:
-        raise ValueError(f"train_file {str(p)!r} has no usable sentence (all {n_before} rows were blank or incomplete)")
+    ds = drop_incomplete_rows(ds, columns, f"train_file {str(p)!r}",
+                              "blank lines" if p.suffix == ".txt" else "rows with an empty cell")
     if max_train_samples is not None:
         ds = ds.select(range(min(max_train_samples, len(ds))))
     return ds, columns
+
+
+def complete_rows(batch: dict, columns: list[str]) -> list[bool]:
+    """For a batch of rows (``{column: list}``): whether each row holds a non-blank string in every view column."""
+    return [all(isinstance(batch[c][i], str) and batch[c][i].strip() for c in columns)
+            for i in range(len(batch[columns[0]]))]
+
+
+def drop_incomplete_rows(ds, columns: list[str], source: str, what: str = "rows with an empty cell"):
+    """``ds`` (a ``datasets.Dataset``) without the rows that miss a view (:func:`complete_rows`); the number
+    skipped is logged once.
+
+    Raises:
+        ValueError: no row is left (the message names ``source``).
+    """
+    n_before = len(ds)
+    ds = ds.filter(complete_rows, batched=True, fn_kwargs={"columns": list(columns)})
+    skipped = n_before - len(ds)
+    if skipped:
+        logger.warning("%s: skipped %d %s of %d", source, skipped, what, n_before)
+    if len(ds) == 0:
+        raise ValueError(f"{source} has no usable sentence (all {n_before} rows were blank or incomplete)")
+    return ds
 
 
 OBJECTIVE_WINDOWS = {"next_sentence": 1, "next_3_sentences": 3}
@@ -324,12 +337,17 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
     lists of V token lists, and drops the text columns.
     """
 
-    def _tok(batch):
-        n = len(batch[columns[0]])
-        enc = [tokenizer(batch[c], truncation=True, max_length=max_seq_length) for c in columns]
-        return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
+    return ds.map(tokenize_views, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing",
+                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length})
 
-    return ds.map(_tok, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
+
+def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int) -> dict:
+    """One batch of rows (``{column: list of str}``) -> ``{input_ids: [[view 0 ids, view 1 ids, ...], ...], ...}``
+    (each view cut at ``max_seq_length`` tokens): the map function of :func:`tokenize_dataset`, and of a
+    stream tokenised on the fly."""
+    n = len(batch[columns[0]])
+    enc = [tokenizer(batch[c], truncation=True, max_length=max_seq_length) for c in columns]
+    return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
 
 
 def mask_tokens(

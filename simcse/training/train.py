@@ -18,6 +18,8 @@ from simcse.training.build import SetupError, build
 from simcse.training.config import ConfigError, load_config
 
 logger = logging.getLogger("simcse.training.train")
+# a config's training data, replaced as a whole when the command line gives --train_file or --dataset_name
+DATA_SOURCE_KEYS = ("train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "dataset_split")
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -46,7 +48,9 @@ def parse_args(argv: list[str]):
     """Parse training arguments into (ModelArguments, DataTrainingArguments, TrainingArguments).
 
     ``argv`` may start with a config (a JSON file, or ``--config NAME_OR_PATH`` anywhere: a packaged config
-    such as ``unsup_bert_base``); its keys become defaults that later options override. transformers-4
+    such as ``unsup_bert_base``); its keys become defaults that later options override. A config's training
+    data (``train_file``, or ``dataset_name`` with its ``dataset_*`` keys) is left out as a whole when the command
+    line names its own with ``--train_file`` or ``--dataset_name``. transformers-4
     options of the reference's scripts are then translated (:func:`simcse.training.compat.translate_legacy_args`).
 
     Raises:
@@ -71,9 +75,12 @@ def parse_args(argv: list[str]):
         except (ConfigError, FileNotFoundError) as e:
             raise SetupError(str(e)) from e
         prefix = []
+        own_source = any(_last_value(argv, f"--{k}") is not None for k in ("train_file", "dataset_name"))
         for key, value in cfg.items():
             if key.startswith("_"):
                 continue  # comments
+            if own_source and key in DATA_SOURCE_KEYS:
+                continue  # the command line names the training data: the config's data source does not apply
             prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
         argv = prefix + argv
     argv = translate_legacy_args(argv)

@@ -6,7 +6,8 @@ caching is on: the two-pass GradCache computation of :mod:`simcse.training.gradc
 the model-persistence hooks ``_save``, ``_save_checkpoint``, ``_load_from_checkpoint`` and ``_load_best_model``
 (:mod:`simcse.training.checkpoints`: the model is a composed ``nn.Module`` with its own safetensors format, as
 sentence-transformers' trainer does for its models; checkpoints appear complete or not at all); ``_get_train_sampler`` keys each example by epoch for runs with random draws in
-the collator; ``train`` wraps HF's to restore signal handlers when it raises. The training loop itself is
+the collator; ``train`` wraps HF's to restore signal handlers when it raises; a ``--streaming`` dataset gets its own data loader,
+its position in every checkpoint and an exact resume (:class:`simcse.training.sources.StreamingHooks`). The training loop itself is
 HF's, untouched.
 
 **Multiple processes (DDP) and loss scaling.** Under torch.distributed the keys (views 1..V-1) are gathered
@@ -34,12 +35,13 @@ from simcse.training.gradcache import cuda_devices_of, grad_cache_step, split_ch
 from simcse.training.losses import info_nce, mlm_loss
 from simcse.training.checkpoints import CheckpointHooks
 from simcse.training.dev_eval import DevEvaluation, STSDevSet
+from simcse.training.sources import StreamingHooks
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 logger = logging.getLogger(__name__)
 
 
-class SimCSETrainer(DevEvaluation, CheckpointHooks):
+class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
     """HF Trainer for SimCSE (paper Section 3-4).
 
     Args (besides Trainer's):

@@ -60,6 +60,19 @@ def test_poolers_without_st_equivalent_fail_clearly(tmp_path, tiny_bert_dir, poo
     assert SimCSEModel.from_pretrained(str(tmp_path / "m")).pooler_type == pooler
 
 
+def test_card_names_a_hub_training_dataset_not_a_local_folder(tmp_path, tiny_bert_dir):
+    model = _model(tiny_bert_dir, "cls")
+    model.save_pretrained(tmp_path / "m")
+    training = {"model_name_or_path": "bert-base-uncased", "dataset_name": "sentence-transformers/all-nli",
+                "dataset_config_name": "triplet", "temp": 0.05}
+    write_model_card(tmp_path / "m", training=training)
+    card = ModelCard.load(tmp_path / "m" / "README.md")
+    assert card.data.datasets == ["sentence-transformers/all-nli"]
+    assert "| dataset_config_name | `triplet` |" in card.text
+    write_model_card(tmp_path / "m", training={**training, "dataset_name": str(tmp_path)})
+    assert ModelCard.load(tmp_path / "m" / "README.md").data.datasets is None
+
+
 def test_card_metadata_results_and_foreign_card(tmp_path, tiny_bert_dir):
     model = _model(tiny_bert_dir, "cls")
     model.save_pretrained(tmp_path / "m")

@@ -158,9 +158,9 @@ def test_reference_hf_options_are_accepted(tmp_path, tiny_bert_dir, train_txt):
     assert m.tokenizer_name == str(tiny_bert_dir) and m.use_fast_tokenizer is False and d.eval_transfer
 
 
-def test_dataset_name_is_refused_in_one_line(tmp_path, tiny_bert_dir, train_txt):
+def test_dataset_name_together_with_train_file_is_refused_in_one_line(tmp_path, tiny_bert_dir, train_txt):
     msg = training_error(_base(tiny_bert_dir, train_txt, tmp_path / "o") + ["--dataset_name", "wikitext"])
-    assert "--dataset_name" in msg and "--train_file" in msg
+    assert "--dataset_name 'wikitext'" in msg and "--train_file" in msg and "give one" in msg
 
 
 def test_tokenizer_name_resizes_embeddings_as_the_reference(tmp_path, tiny_bert_dir, train_txt):
