@@ -29,7 +29,7 @@ import torch
 from simcse.files.inputs import check_sentences, first_undecodable_line
 from simcse.models.folder import model_fingerprint
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import get_pooler, pooler_for
+from simcse.models.pooling import pooler_for
 from simcse.retrieval.lifecycle import IndexLifecycle
 from simcse.retrieval.scoring import clip_cosine, unit_rows
 
