@@ -218,8 +218,10 @@ def encode_check(args) -> dict:
     lines = (args.cache / f"wiki_{args.real + args.queries}.txt").read_text(encoding="utf-8").splitlines()
     text.write_text("\n".join(lines[: args.encode_check]) + "\n", encoding="utf-8")
     tool = SimCSE(default_model(), pooler="avg", device="cpu")
-    real_tool = cli._tool
-    cli._tool = lambda a, m: tool  # both paths use the one loaded model
+    from simcse.retrieval import commands
+
+    real_tool = commands._tool
+    commands._tool = lambda a, m: tool  # both paths use the one loaded model
     common = ["--model", "x", "--input", str(text), "--device", "cpu"]
     paths = {"npy": common + ["--output", str(args.cache / "ec.npy")],
              "shards": common + ["--output", str(args.cache / "ec_shards"), "--shard-size", "100000"]}
@@ -235,7 +237,7 @@ def encode_check(args) -> dict:
                 print(f"encode check round {r + 1} {p:6s}: {times[p][-1][0]:.1f} s wall, {times[p][-1][1]:.1f} s CPU, "
                       f"{args.encode_check / times[p][-1][0]:.1f} sentences/s", flush=True)
     finally:
-        cli._tool = real_tool
+        commands._tool = real_tool
     wall = {p: sum(t for t, _ in v) for p, v in times.items()}
     cpu = {p: sum(c for _, c in v) for p, v in times.items()}
     return {"wall_ratio": wall["npy"] / wall["shards"], "cpu_ratio": cpu["npy"] / cpu["shards"]}

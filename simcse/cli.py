@@ -28,20 +28,24 @@ Instead of ``--input``, ``encode`` and ``index`` read a dataset's text column wi
 (:mod:`simcse.files.dataset_source`: a Hub id, a local folder in the Hub's layout, a ``save_to_disk`` folder);
 rows stand where lines do (a blank row is an error unless ``--skip-blank``).
 Problems with the inputs end the command with ``error: ...`` on stderr and exit status 2.
+
+This module parses and dispatches only; each command lives in its wing: :mod:`simcse.retrieval.commands`
+(encode, index, search), :mod:`simcse.interop.commands` (export, convert), :mod:`simcse.serving.serve`,
+:mod:`simcse.training.train`, :mod:`simcse.evaluation.cli` and :mod:`simcse.files.download`.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
+
+from simcse.files.errors import UsageError
+from simcse.interop.commands import cmd_convert, cmd_export
+from simcse.retrieval.commands import cmd_encode, cmd_index, cmd_search
 
 EXIT_USAGE = 2
 
 
-class CLIError(Exception):
-    """A problem with the command's inputs, reported as ``error: ...`` with exit status 2."""
+CLIError = UsageError  # a problem with the command's inputs: ``error: ...``, exit status 2 (the older name)
 
 
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -65,24 +69,6 @@ def _add_dataset_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sentence_column", "--sentence-column", dest="sentence_column", default="text",
                    help="the dataset's sentence column (default text)")
     g.add_argument("--streaming", action="store_true", help="read the dataset as a stream (never loaded whole)")
-
-
-def _source(args):
-    """``args.input``, or the :class:`~simcse.files.dataset_source.DatasetRef` of ``--dataset_name`` (exactly one)."""
-    from simcse.files.dataset_source import DatasetRef
-
-    if args.dataset_name is None:
-        if args.input is None:
-            raise CLIError("give --input (a sentence file) or --dataset_name (a dataset)")
-        if args.streaming or args.dataset_config_name or args.dataset_data_files:
-            raise CLIError("--streaming, --dataset_config_name and --dataset_data_files apply to --dataset_name")
-        return args.input
-    if args.input is not None:
-        raise CLIError(f"--input {args.input!r} and --dataset_name {args.dataset_name!r} both name the sentences: give one")
-    if args.column is not None:
-        raise CLIError("--column applies to a .csv/.tsv/.jsonl --input; for --dataset_name use --sentence_column")
-    return DatasetRef(args.dataset_name, args.sentence_column, args.dataset_config_name, args.dataset_split,
-                      args.dataset_data_files, args.streaming).check()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,252 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("evaluate", help="SentEval STS/transfer evaluation ('simcse evaluate --help')", add_help=False)
     sub.add_parser("download", help="get wiki, nli or senteval data ('simcse download --help')", add_help=False)
     return p
-
-
-def _read_lines(path, skip_blank: bool, column: str | None = None) -> list[str]:
-    """The records of an input file (see the module docstring) or of a
-    :class:`~simcse.files.dataset_source.DatasetRef`; a blank one is an error unless ``skip_blank``."""
-    from simcse.files.dataset_source import DatasetRef
-    from simcse.files.inputs import lines_of, sentence_rows
-
-    if isinstance(path, DatasetRef):
-        rows = path.rows()
-        if skip_blank:
-            return [s for _, s in rows if s.strip()]
-        out = []
-        for n, s in rows:
-            if not s.strip():
-                raise CLIError(f"{path}, row {n} is blank (pass --skip-blank to drop blank rows)")
-            out.append(s)
-        return out
-    if path == "-":
-        import io
-
-        if column is not None:
-            raise CLIError("--column needs a .csv/.tsv/.jsonl --input file, not stdin")
-        stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
-        try:
-            rows = list(enumerate(lines_of(stream), 1))
-        except UnicodeDecodeError as e:
-            raise CLIError(f"stdin is not UTF-8 ({e.reason}); expected UTF-8 text") from None
-    else:
-        if not Path(path).is_file():
-            raise CLIError(f"--input {path!r} is not a file")
-        rows = list(sentence_rows(path, column))
-    if skip_blank:
-        return [s for _, s in rows if s.strip()]
-    for n, s in rows:
-        if not s.strip():
-            raise CLIError(f"{path}:{n} is blank (pass --skip-blank to drop blank lines)")
-    return [s for _, s in rows]
-
-
-def _tool(args, model: str):
-    from simcse.retrieval.tool import SimCSE
-
-    try:
-        return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length)
-    except FileNotFoundError:
-        raise
-    except OSError as e:  # e.g. a hub name with HF_HUB_OFFLINE=1 or no network: HF's message spans lines
-        raise CLIError(f"cannot load model {model!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
-
-
-def _dtype(args):
-    import torch
-
-    return torch.bfloat16 if getattr(args, "bf16", False) else None
-
-
-def _is_folder_output(out: Path) -> bool:
-    return out.is_dir() or (out.suffix == "" and not out.exists())
-
-
-def cmd_encode_shards(args) -> int:
-    """``simcse encode --output DIR``: streaming, sharded, resumable; this rank's share under torchrun."""
-    import os
-
-    from simcse.files.dataset_source import DatasetRef
-    from simcse.retrieval.shards import DEFAULT_SHARD_SIZE, encode_to_shards
-
-    source = _source(args)
-    if not isinstance(source, DatasetRef) and (args.input == "-" or not Path(args.input).is_file()):
-        raise CLIError(f"--input {args.input!r} is not a file (a folder output needs a file: it is read again to resume)")
-    if "LOCAL_RANK" in os.environ and args.device is None:  # torchrun: one GPU per process when there are GPUs
-        import torch
-
-        if torch.cuda.is_available():
-            args.device = f"cuda:{int(os.environ['LOCAL_RANK']) % torch.cuda.device_count()}"
-    tool = _tool(args, args.model)
-    model_ref = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
-    settings = {"model": model_ref, "model_fingerprint": tool.model_fingerprint, "pooler": tool.pooler,
-                "hidden_size": tool.hidden_size,
-                "normalize": not args.no_normalize, "max_length": args.max_length,
-                "compute_dtype": "bfloat16" if args.bf16 else "float32"}
-
-    def encode(texts):
-        return tool.encode(texts, batch_size=args.batch_size, return_numpy=True, normalize_to_unit=not args.no_normalize,
-                           dtype=_dtype(args), show_progress=False)
-
-    manifest = encode_to_shards(encode, source, args.output, settings, shard_size=args.shard_size or DEFAULT_SHARD_SIZE,
-                                dtype=args.dtype, skip_blank=args.skip_blank, column=args.column,
-                                log=lambda m: print(m, file=sys.stderr, flush=True))
-    if manifest is not None:
-        print(f"wrote {args.output} ({manifest['num_rows']} x {tool.hidden_size} {args.dtype} in "
-              f"{manifest['num_shards']} shards)", file=sys.stderr)
-    return 0
-
-
-def cmd_encode(args) -> int:
-    import numpy as np
-
-    out = Path(args.output)
-    if out.suffix != ".npy" and _is_folder_output(out):
-        return cmd_encode_shards(args)
-    if out.suffix != ".npy":
-        raise CLIError(f"--output {args.output!r} must end in .npy (one array) or name a folder (shards)")
-    if args.shard_size is not None or args.dtype != "float32":
-        raise CLIError("--shard-size and --dtype apply to a folder --output (shards), not to a .npy file")
-    sentences = _read_lines(_source(args), args.skip_blank, args.column)
-    tool = _tool(args, args.model)
-    from simcse.files.storage import check_room, writing
-
-    needed = 4 * len(sentences) * tool.hidden_size + 128
-    check_room(out.parent, needed, f"the embeddings {out.name}", largest_file=needed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    try:
-        with writing(f"the embeddings {out.name}", out.parent, needed):
-            # written chunk by chunk into a memory-mapped .npy, so a big file never needs all embeddings in RAM;
-            # under a hidden name, renamed when complete
-            arr = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(len(sentences), tool.hidden_size))
-            for start in range(0, len(sentences), args.chunk_size):
-                chunk = sentences[start : start + args.chunk_size]
-                arr[start : start + len(chunk)] = tool.encode(chunk, batch_size=args.batch_size, return_numpy=True,
-                                                               normalize_to_unit=not args.no_normalize, dtype=_dtype(args))
-            arr.flush()
-            del arr
-            os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
-    print(f"wrote {out} ({len(sentences)} x {tool.hidden_size} float32)", file=sys.stderr)
-    return 0
-
-
-def _index_params(args) -> dict:
-    """The index kind and its parameters from the options; ``--fast`` is ``--kind ivf`` (one rule), and every
-    conflict is named by the options the user gave."""
-    if args.fast and args.kind not in (None, "ivf"):
-        raise CLIError(f"--fast is --kind ivf; it conflicts with --kind {args.kind}: give one of them")
-    kind = args.kind or ("ivf" if args.fast else None)
-    given = f"--kind {kind}" if args.kind else ("--fast (--kind ivf)" if args.fast else "the default --kind exact")
-    names = {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size", "pq_m": "m",
-             "refine_factor": "refine_factor", "hnsw_m": "m", "ef_search": "ef_search"}
-    takes = {"ivf": {"nlist", "nprobe", "train_size"}, "ivfpq": {"nlist", "nprobe", "train_size", "pq_m", "refine_factor"},
-             "hnsw": {"hnsw_m", "ef_search"}}.get(kind or "exact", set())
-    params = {}
-    for opt, key in names.items():
-        v = getattr(args, opt)
-        if v is None:
-            continue
-        if opt not in takes:
-            raise CLIError(f"--{opt.replace('_', '-')} does not apply to {given}")
-        params[key] = v
-    if kind:
-        params["kind"] = kind
-    return params
-
-
-def cmd_index(args) -> int:
-    from simcse.files.dataset_source import DatasetRef
-    from simcse.retrieval.lifecycle import check_index_target
-    from simcse.retrieval.shards import is_shard_folder
-
-    source = _source(args)
-    if not isinstance(source, DatasetRef) and not Path(source).is_file() and not is_shard_folder(source):
-        raise CLIError(f"--input {args.input!r} is not a file or a finished shard folder (with manifest.json)")
-    params = _index_params(args)
-    try:
-        check_index_target(args.output)  # before the model loads and the corpus is encoded
-    except (FileExistsError, ValueError) as e:
-        raise CLIError(f"--output: {e}") from None
-    tool = _tool(args, args.model)
-    tool.build_index(source, use_faiss=args.use_faiss, batch_size=args.batch_size,
-                     column=args.column, chunk_size=args.chunk_size, **params)
-    tool.save_index(args.output)
-    print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)
-    return 0
-
-
-def cmd_search(args) -> int:
-    queries = list(args.query)
-    if args.query_file:
-        queries += _read_lines(args.query_file, skip_blank=True)
-    if not queries:
-        raise CLIError("give at least one --query or a --query-file")
-    from simcse.retrieval.lifecycle import model_for_index
-
-    model, args.pooler = model_for_index(args.index, args.model, args.pooler)
-    tool = _tool(args, model)
-    tool.load_index(args.index)
-    results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,
-                          dtype=_dtype(args))
-    for q, res in zip(queries, results):
-        if args.json:
-            print(json.dumps({"query": q, "results": [[s, round(score, 6)] for s, score in res]}, ensure_ascii=False))
-        else:
-            print(q)
-            for s, score in res:
-                print(f"  {score:.4f}  {s}")
-            if not res:
-                print(f"  (nothing with cosine >= {args.threshold})")
-    return 0
-
-
-def cmd_export(args) -> int:
-    from simcse.interop.export import export_huggingface, export_sentence_transformers, huggingface_reading
-    from simcse.models.modeling import SimCSEModel
-    from simcse.models.pooling import pooler_for
-
-    if args.quantize and args.format != "onnx":
-        raise CLIError(f"--quantize needs --format onnx (got --format {args.format})")
-    if args.override_pooler and args.pooler is None:
-        raise CLIError("--override-pooler needs --pooler (the pooler to export with)")
-    pooler = args.pooler if args.override_pooler else pooler_for(
-        args.model, args.pooler, "--pooler ", "pass --override-pooler to export with another pooler on purpose")
-    model = SimCSEModel.from_pretrained(args.model, pooler_type=pooler)
-    if args.format == "onnx":
-        from simcse.interop.onnx import export_onnx
-
-        out = export_onnx(model, args.output, quantize=args.quantize)
-    elif args.format == "sentence-transformers":
-        out = export_sentence_transformers(model, args.output, max_seq_length=args.max_length)
-    else:
-        out = export_huggingface(model, args.output)
-        reading, pooler = huggingface_reading(model)
-        print(f"the embedding of this model in the plain HF folder: {reading}; load it back with "
-              f"SimCSE({str(out)!r}, pooler={pooler!r})", file=sys.stderr)
-    print(f"wrote {args.format} folder {out}", file=sys.stderr)
-    return 0
-
-
-def cmd_convert(args) -> int:
-    from simcse.models.modeling import SimCSEModel
-    from simcse.models.pooling import get_pooler
-    from simcse.models.reference_checkpoints import conversion_pooler, read_reference_mlp
-
-    out = Path(args.output)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CLIError(f"--output {args.output!r} exists and is not an empty folder")
-    get_pooler(args.pooler)  # an unknown name fails first, with the list of poolers
-    pooler, mlp_only_train, note = conversion_pooler(args.pooler, args.mlp_only_train,
-                                                     read_reference_mlp(args.model) is not None)
-    model = SimCSEModel.from_pretrained(args.model, pooler_type=pooler, mlp_only_train=mlp_only_train or None)
-    model.save_pretrained(out)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {out} (pooler {model.pooler_type}, mlp_only_train {model.mlp_only_train})", file=sys.stderr)
-    return 0
 
 
 def cmd_train(argv: list[str]) -> int:
