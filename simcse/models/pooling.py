@@ -149,3 +149,51 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
             frozenset({"pooling_mode_cls_token"}): "cls_before_pooler"}.get(frozenset(modes))
     return (name, str(pcfg_file)) if name else None
+
+
+def pooler_to_use(folder, requested: str | None, option: str = "pooler") -> tuple[str | None, tuple[str, str] | None]:
+    """The one pooler rule of the tool (:class:`simcse.SimCSE`, ``simcse encode/index/serve``) and the evaluator
+    (``simcse evaluate`` / ``scripts/evaluation.py``): a folder that records its pooler
+    (:func:`recorded_pooler`) is encoded with it, and a requested pooler that would give other embeddings is an
+    error, not a silent switch. A folder that records none uses ``requested`` (None: the loader's default).
+
+    The request agrees with the folder when it names the recorded pooler or, for a ``cls`` model trained with
+    ``mlp_only_train`` (``simcse_config.json``), ``cls_before_pooler``: what that model encodes with (paper
+    Section 3; the reference's habit of passing ``--pooler cls_before_pooler`` for unsupervised models).
+
+    Args:
+        folder: a model folder (a hub name or a missing path records nothing).
+        requested: the pooler asked for, or None.
+        option: how the caller spells the setting in its error message: ``"pooler"`` (``pooler='avg'``) or
+            ``"--pooler"`` (``--pooler avg``).
+
+    Returns:
+        ``(pooler to load with, (recorded pooler, file it is read from) or None)``.
+
+    Raises:
+        ValueError: an unknown ``requested`` name, or one that differs from the recorded pooler.
+    """
+    if requested is not None:
+        get_pooler(requested)  # an unknown name fails first, with the list of poolers
+    rec = recorded_pooler(folder)
+    if rec is None:
+        return requested, None
+    if requested is None or requested in _agreeing_poolers(folder, rec[0]):
+        return rec[0], rec
+    asked = f"{option} {requested}" if option.startswith("--") else f"{option}={requested!r}"
+    drop = f"drop {option}" if option.startswith("--") else f"drop {option}="
+    raise ValueError(f"{asked} differs from the pooler {str(folder)!r} records ({rec[0]!r}, in {rec[1]}); {drop} "
+                     "to use it (SimCSEModel.from_pretrained(..., pooler_type=...) loads a model with another pooler "
+                     "on purpose)")
+
+
+def _agreeing_poolers(folder, recorded: str) -> set[str]:
+    """The pooler names that encode like the folder's recorded pooler (see :func:`pooler_to_use`)."""
+    import json
+    from pathlib import Path
+
+    names = {recorded}
+    cfg = Path(folder) / "simcse_config.json"
+    if recorded == "cls" and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
+        names.add("cls_before_pooler")
+    return names

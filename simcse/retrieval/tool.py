@@ -28,7 +28,7 @@ import torch
 
 from simcse.files.inputs import check_sentences, first_undecodable_line
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import get_pooler, recorded_pooler
+from simcse.models.pooling import pooler_to_use
 from simcse.retrieval.lifecycle import IndexLifecycle
 from simcse.retrieval.scoring import clip_cosine, unit_rows
 
@@ -85,25 +85,6 @@ def _check_model_kwargs(kwargs: dict) -> None:
                         f"{', '.join(INIT_ARGS)} and the model-loading options {', '.join(MODEL_KWARGS)}")
 
 
-def _pooler_for(model_name_or_path, pooler: str | None) -> str | None:
-    """The pooler to load ``model_name_or_path`` with: the one its folder records
-    (:func:`simcse.models.pooling.recorded_pooler`), else ``pooler`` (None: the loader's default).
-
-    Raises:
-        ValueError: ``pooler`` differs from the recorded one (embeddings would not be the model's own).
-    """
-    if pooler is not None:
-        get_pooler(pooler)  # an unknown name fails first, with the list of poolers
-    rec = recorded_pooler(model_name_or_path)
-    if rec is None:
-        return pooler
-    if pooler is not None and pooler != rec[0]:
-        raise ValueError(f"pooler={pooler!r} differs from the pooler {str(model_name_or_path)!r} records "
-                         f"({rec[0]!r}, in {rec[1]}); drop pooler= to use it (SimCSEModel.from_pretrained("
-                         "..., pooler_type=...) loads a model with another pooler on purpose)")
-    return rec[0]
-
-
 class SimCSE(IndexLifecycle):
     """Sentence encoder with cosine similarity and nearest-neighbour search.
 
@@ -121,15 +102,16 @@ class SimCSE(IndexLifecycle):
             (at most one per indexed sentence), as the reference; ``build_index(..., nlist=...)`` overrides.
         num_cells_in_search: clusters visited per query (``nprobe``), at most ``num_cells``;
             ``build_index(..., nprobe=...)`` overrides.
-        pooler: pooler name (:data:`simcse.POOLERS`); overrides the saved one. For a plain HF encoder the
-            default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
+        pooler: pooler name (:data:`simcse.POOLERS`). A folder that records its pooler is encoded with it, and
+            another one is a ValueError (:func:`simcse.models.pooling.pooler_to_use`, the evaluator's rule too);
+            for a plain HF encoder the default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
         max_length: (keyword-only) default truncation length in tokens for :meth:`encode` (capped at
             :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
         backend: (keyword-only) ``"torch"`` (default) or ``"onnx"``: onnxruntime on the CPU with a folder written
             by ``simcse export --format onnx`` (:class:`simcse.interop.onnx.ONNXEncoder`); then ``file_name=
             "simcse_int8.onnx"`` picks the int8 model and ``num_threads`` sets onnxruntime's threads.
         model_kwargs: (keyword-only) :meth:`SimCSEModel.from_pretrained` options, :data:`MODEL_KWARGS`
-            (``mlp_only_train``, ``torch_dtype``, ``attn_implementation``, ``trust_remote_code``...); for
+            (``mlp_only_train``, ``dtype``, ``attn_implementation``, ``trust_remote_code``...); for
             ``backend="onnx"`` the :class:`~simcse.interop.onnx.ONNXEncoder` options.
 
     Raises:
@@ -158,7 +140,7 @@ class SimCSE(IndexLifecycle):
             self.model = model_name_or_path
             self.model_name_or_path = getattr(model_name_or_path.encoder.config, "_name_or_path", "") or ""
         else:
-            pooler = _pooler_for(model_name_or_path, pooler)
+            pooler, _ = pooler_to_use(model_name_or_path, pooler)
             self.model = SimCSEModel.from_pretrained(model_name_or_path, pooler_type=pooler, **model_kwargs)
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:

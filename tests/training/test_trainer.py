@@ -231,6 +231,40 @@ def test_resume_from_a_folder_that_is_not_a_checkpoint(setup, tmp_path):
         trainer.train(resume_from_checkpoint=str(setup["model"]))
 
 
+def test_loading_an_unfinished_run_names_the_newest_checkpoint_and_the_resume_line(setup, tmp_path):
+    """A run that stops (here: an error at step 3) after saving checkpoint-1 and -2 leaves no final weights:
+    loading its folder fails with one message naming checkpoint-2 and the command that resumes the run; the
+    checkpoint itself loads."""
+    from transformers import TrainerCallback
+
+    from simcse.models.modeling import SimCSEModel
+
+    class PowerCut(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 2:
+                raise RuntimeError("power cut")
+
+    out = tmp_path / "cut"
+    argv = train_argv(setup["model"], setup["train"], out, setup["senteval"], "--max_steps", "4", "--save_steps", "1",
+                      "--eval_strategy", "no")
+    with pytest.raises(RuntimeError, match="power cut"):
+        run_training(argv, on_build=lambda trainer: trainer.add_callback(PowerCut()))
+    assert not (out / "model.safetensors").exists() and (out / "checkpoint-2").is_dir()
+    with pytest.raises(FileNotFoundError) as info:
+        SimCSEModel.from_pretrained(str(out))
+    msg = str(info.value)
+    newest = str(out / "checkpoint-2")
+    assert msg.startswith(f"model folder {str(out)!r} has no weights") and "\n" not in msg
+    assert f"the newest being {newest!r}" in msg
+    line = shlex.join(["python", sys.argv[0], *argv, "--resume_from_checkpoint", newest])
+    assert msg.endswith(f"resume the run with: {line}")
+    assert SimCSEModel.from_pretrained(newest).pooler_type == "avg"
+    (out / "checkpoint-2" / "simcse_train_command.txt").unlink()  # a checkpoint of another tool: the rule in words
+    with pytest.raises(FileNotFoundError, match="resume the run with: the training command that wrote it, with "
+                                                f"--resume_from_checkpoint {newest}$"):
+        SimCSEModel.from_pretrained(str(out))
+
+
 def _fake_save_file_that_dies(real):
     def save_file(tensors, filename, metadata=None):
         Path(filename).write_bytes(b"\x00" * 10)
@@ -526,6 +560,11 @@ def test_sigterm_saves_a_checkpoint_prints_the_resume_command_and_resume_matches
     step = int(checkpoints[0].name.split("-")[1])
     assert 1 <= step < 24 and f"after step {step};" in resume_lines[0]
     assert not (out / "model.safetensors").exists()
+    from simcse.models.modeling import SimCSEModel
+
+    with pytest.raises(FileNotFoundError) as info:  # loading the folder names the same resume line
+        SimCSEModel.from_pretrained(str(out))
+    assert str(info.value).endswith("resume the run with: " + resume_lines[0].split("resume with: ", 1)[1])
 
     resume = shlex.split(resume_lines[0].split("resume with: ", 1)[1])
     assert resume[:2] == ["python", str(REPO / "scripts" / "train.py")]
