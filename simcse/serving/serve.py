@@ -135,13 +135,14 @@ def open_source(model: str | None = None, pooler: str | None = None, input: str 
 
 
 def index_corpus(tool, corpus, column: str | None = None, batch_size: int = 64, chunk_size: int = 1_000,
-                 progress=None) -> None:
+                 progress=None, stop: threading.Event | None = None) -> None:
     """Encode ``corpus`` (a list of sentences or an iterable of them, or a sentence file read with ``column``)
     into ``tool``'s index, ``chunk_size`` sentences at a time, calling ``progress(sentences indexed so far)``
-    after each chunk. ``tool`` has no index yet (an exact one is made, as :meth:`simcse.SimCSE.build_index`)."""
+    after each chunk and returning early once ``stop`` is set. ``tool`` has no index yet (an exact one is made,
+    as :meth:`simcse.SimCSE.build_index`)."""
     sentences = iter_sentences(corpus, column) if isinstance(corpus, Path) else iter(corpus)
     done = 0
-    while True:
+    while stop is None or not stop.is_set():
         chunk = list(itertools.islice(sentences, chunk_size))
         if not chunk:
             break
@@ -176,23 +177,29 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
 
 
 def start_indexing(starting: StartingService, corpus, column: str | None = None, batch_size: int = 64,
-                   chunk_size: int = 1_000, dtype=None, on_failure=None, say_every: float = 10.0) -> threading.Thread:
-    """Index ``corpus`` into ``starting.tool`` in a background thread, reporting progress to ``starting`` (and a
-    ``[simcse serve] indexing N / M sentences`` line on stderr at most every ``say_every`` seconds), then hand it
-    a :class:`SearchService`. On an error, ``starting.failed(message)``, an ``error: ...`` line on stderr and
-    ``on_failure()`` (``simcse serve`` stops the server then). Returns the started (daemon) thread."""
+                   chunk_size: int = 256, dtype=None, on_failure=None, say_every: float = 10.0,
+                   stop: threading.Event | None = None) -> threading.Thread:
+    """Index ``corpus`` into ``starting.tool`` in a background thread, reporting progress to ``starting`` after
+    every ``chunk_size`` sentences (and a ``[simcse serve] indexing N / M sentences`` line on stderr at most every
+    ``say_every`` seconds), then hand it a :class:`SearchService`. On an error, ``starting.failed(message)``, an
+    ``error: ...`` line on stderr and ``on_failure()`` (``simcse serve`` stops the server then). Setting ``stop``
+    ends the thread after the chunk being encoded (join it before the interpreter exits). Returns the started
+    thread."""
     def work():
         t0 = last = time.perf_counter()
 
         def progress(done: int) -> None:
             nonlocal last
             starting.progress(done)
-            if time.perf_counter() - last >= say_every and done < starting.total:
+            stopping = stop is not None and stop.is_set()
+            if time.perf_counter() - last >= say_every and done < starting.total and not stopping:
                 last = time.perf_counter()
                 _say(starting.progress_line)
 
         try:
-            index_corpus(starting.tool, corpus, column, batch_size, chunk_size, progress)
+            index_corpus(starting.tool, corpus, column, batch_size, chunk_size, progress, stop)
+            if stop is not None and stop.is_set():
+                return
             service = SearchService(starting.tool, model_name=starting.model_name, source=starting.source,
                                     examples=starting.examples, dtype=dtype)
         except Exception as e:  # reported to the clients and on stderr; the server is then stopped
@@ -205,7 +212,7 @@ def start_indexing(starting: StartingService, corpus, column: str | None = None,
         _say(f"indexed {len(starting.tool.sentences):,} sentences of {starting.source} in "
              f"{time.perf_counter() - t0:.1f} s; searches are answered now")
 
-    thread = threading.Thread(target=work, daemon=True, name="simcse-serve-indexing")
+    thread = threading.Thread(target=work, name="simcse-serve-indexing")
     thread.start()
     return thread
 
@@ -289,7 +296,7 @@ def run(args) -> int:
     else:
         service = StartingService(tool, total, model_name=name, source=source, examples=examples)
     server = uvicorn.Server(uvicorn_config(create_app(service), args.host, args.port, args.log_level))
-    failed = threading.Event()
+    failed, stopping, indexing = threading.Event(), threading.Event(), None
     if corpus is None:
         _say(f"serving {total:,} sentences on {url} (Ctrl+C stops)")
     else:
@@ -300,6 +307,12 @@ def run(args) -> int:
             failed.set()
             server.should_exit = True
 
-        start_indexing(service, corpus, args.column, args.batch_size, dtype=dtype, on_failure=stop)
-    server.run()
+        indexing = start_indexing(service, corpus, args.column, args.batch_size, dtype=dtype, on_failure=stop,
+                                  stop=stopping)
+    try:
+        server.run()
+    finally:
+        stopping.set()  # an unfinished indexing thread ends after its current chunk, before the interpreter does
+        if indexing is not None:
+            indexing.join()
     return 1 if failed.is_set() else 0

@@ -242,6 +242,7 @@ def _senteval_inner_kfold_naive(X, y, k, seed, tol):
     return round(np.mean(dev), 2), round(np.mean(test), 2)
 
 
+@pytest.mark.slow
 def test_inner_kfold_equals_naive_senteval_loop():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((90, 5))
@@ -254,6 +255,7 @@ def test_inner_kfold_equals_naive_senteval_loop():
         assert (got["devacc"], got["acc"]) == _senteval_inner_kfold_naive(X, y, 3, 1111, 1e-10)
 
 
+@pytest.mark.slow
 def test_kfold_then_test_equals_naive_loop():
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
@@ -445,6 +447,7 @@ def minilm():
     }
 
 
+@pytest.mark.slow
 def test_real_minilm_stsb_matches_independent_computation(minilm):
     import torch
 

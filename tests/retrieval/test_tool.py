@@ -299,6 +299,7 @@ _pieces = st.one_of(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(_pieces, min_size=0, max_size=6), top_k=st.integers(1, 15),
        threshold=st.floats(-1.0, 1.0))
+@pytest.mark.slow
 def test_property_random_text_never_crashes(indexed, batch, top_k, threshold):
     blank = [i for i, s in enumerate(batch) if not s.strip()]
     with warnings.catch_warnings():
@@ -402,6 +403,7 @@ def test_search_keeps_query_order(tool_with_duplicate, queries, top_k, threshold
         assert all(sent in tool_with_duplicate.sentences for sent, _ in res)
 
 
+@pytest.mark.slow
 def test_one_liner_prints_only_what_concerns_the_user(tmp_path, tiny_bert_dir):
     """A fresh interpreter that loads a saved folder with SimCSE, reloads its weights and encodes a sentence
     over max_length prints one stderr line, the truncation: no weight-loading progress bar, no deprecation

@@ -377,6 +377,7 @@ def stop_serve(proc: subprocess.Popen) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_python_m_simcse_serve_indexes_a_file_and_serves_it(tiny_bert_dir, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n\n", encoding="utf-8")
@@ -392,6 +393,7 @@ def test_python_m_simcse_serve_indexes_a_file_and_serves_it(tiny_bert_dir, tmp_p
     assert f"indexed {len(SENTENCES)} sentences" in err and "indexing" in err  # progress was shown
 
 
+@pytest.mark.slow
 def test_serve_loads_an_index_folder_written_by_simcse_index(tiny_bert_dir, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
@@ -429,6 +431,7 @@ def test_serve_index_and_input_together_is_a_usage_error(capsys):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_serve_without_arguments_serves_minilm_over_the_wiki_file(minilm_dir):
     from simcse.serving.serve import default_corpus
 

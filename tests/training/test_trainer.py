@@ -97,6 +97,7 @@ def hidden_entries(folder) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- 1. resume after kill
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted_run(setup, tmp_path):
     """Kill ``scripts/train.py`` with SIGKILL once checkpoint-5 exists, resume, compare with a run never killed.
 
@@ -180,6 +181,7 @@ def reference_run(setup, tmp_path_factory):
 
 
 @pytest.mark.parametrize("failing", ["model weights", "optimizer state"])
+@pytest.mark.slow
 def test_exception_mid_checkpoint_keeps_previous_checkpoint(setup, tmp_path, monkeypatch, reference_run, failing):
     import transformers.modeling_utils as mu
 
@@ -231,6 +233,7 @@ def test_resume_from_a_folder_that_is_not_a_checkpoint(setup, tmp_path):
         trainer.train(resume_from_checkpoint=str(setup["model"]))
 
 
+@pytest.mark.slow
 def test_loading_an_unfinished_run_names_the_newest_checkpoint_and_the_resume_line(setup, tmp_path):
     """A run that stops (here: an error at step 3) after saving checkpoint-1 and -2 leaves no final weights:
     loading its folder fails with one message naming checkpoint-2 and the command that resumes the run; the
@@ -535,6 +538,7 @@ class SignalAt:
 
 
 # ------------------------------------------------------------------------- signal, then resume (subprocess)
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_prints_the_resume_command_and_resume_matches(psetup, tmp_path):
     """SIGTERM mid-run with no periodic checkpoint: the run saves checkpoint-N after its current step, prints one
     resume line and exits 75; running that exact command ends bitwise equal to a run never signalled."""
@@ -588,6 +592,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("kind", list(VARIANTS))
+@pytest.mark.slow
 def test_signal_checkpoint_resumes_bitwise(psetup, tmp_path, kind):
     v = VARIANTS[kind]
     opts = dict(model=psetup[v.get("model", "model")], train=psetup[v.get("train", "train")])
@@ -673,6 +678,7 @@ class Injected(TrainerCallback):  # after checkpoint-2 is written, files may hol
 """)
 
 
+@pytest.mark.slow
 def test_file_size_limit_mid_run_reports_one_line_and_keeps_the_last_checkpoint(psetup, tmp_path):
     """RLIMIT_FSIZE (Python gets EFBIG) makes checkpoint-4 fail: exit 74, one line naming the checkpoint, the folder
     and the space, no half-written file; checkpoint-2 is intact and resumes to the uninterrupted result."""
@@ -786,6 +792,7 @@ class Injected(TrainerCallback):  # only rank 1 is signalled, as step 3 begins
 """)
 
 
+@pytest.mark.slow
 def test_under_torchrun_every_rank_stops_after_the_same_step(psetup, tmp_path):
     """Two CPU processes (gloo): SIGTERM reaches rank 1 only; both stop after step 3, write checkpoint-3 together
     (both ranks' RNG states) and exit 75; rank 0 prints a torchrun resume command."""
