@@ -472,3 +472,11 @@ def test_real_minilm_stsb_matches_independent_computation(minilm):
     assert len(rows) == 1379 == res["STSBenchmark"]["test"]["nsamples"]
     assert res["STSBenchmark"]["test"]["spearman"][0] == pytest.approx(expected_rho, abs=1e-4)
     assert res["STSBenchmark"]["dev"]["spearman"][0] > 0.8
+
+
+def test_script_help_says_each_default_once_and_never_none(capsys):
+    with pytest.raises(SystemExit):
+        _script_main()(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: None)" not in text
+    assert text.count("(default: cuda if available, else cpu)") == 1 and "(default: 64)" in text
