@@ -2,9 +2,11 @@
 SentEval-layout data folders, fake encoders, reference loops and hypothesis strategies."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
+import logging
 import math
 import os
 import zlib
@@ -408,3 +410,19 @@ def csv_rows(n: int, columns: int, seed: int = 0) -> list[list[str]]:
         row = [s0, " ".join(s0.split()[1:]), sents[n + i]]
         rows.append(row[:columns])
     return rows
+
+
+@contextlib.contextmanager
+def logs_warning(fragment: str, logger: str = "simcse.models.inference"):
+    """Fail unless the block logs a WARNING containing ``fragment`` on ``logger`` (or a child of it)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    log = logging.getLogger(logger)
+    log.addHandler(handler)
+    try:
+        yield records
+    finally:
+        log.removeHandler(handler)
+    msgs = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert any(fragment in m for m in msgs), f"no warning with {fragment!r} logged by {logger}: {msgs}"

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 
 
@@ -39,6 +41,7 @@ print("imported", len(names), "modules; connection attempts:", len(attempts))
 """
 
 
+@pytest.mark.slow
 def test_import_opens_no_network_connection_and_honours_offline_mode(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")  # an empty cache: nothing to fall back on

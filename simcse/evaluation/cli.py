@@ -5,8 +5,10 @@
 
 (``python -m simcse evaluate`` and, in a checkout, ``python scripts/evaluation.py`` are the same command.)
 The reference ``evaluation.py``'s options (``--model_name_or_path --pooler --mode --task_set --tasks``) keep
-their meaning, with two differences: the default pooler is the one saved with the model (``cls`` for a plain
-encoder, the documented one for the reference's 8 published models), and ``--tasks`` alone implies
+their meaning, with two differences: the pooler is the one saved with the model, and a ``--pooler`` that
+differs from it is an error, as in ``SimCSE(folder, pooler=...)``
+(:func:`simcse.models.pooling.pooler_to_use`; ``cls`` for a plain encoder, the documented one for the
+reference's 8 published models; one line says which pooler the folder records and which one is used), and ``--tasks`` alone implies
 ``--task_set na`` (the reference ignored ``--tasks`` unless ``--task_set na`` was given).
 
 The model folder may be one saved by our trainer (its pooler is read from ``simcse_config.json``), a plain
@@ -32,11 +34,20 @@ TASK_SETS = {
 TASK_SETS["full"] = TASK_SETS["sts"] + TASK_SETS["transfer"]
 
 
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except where the default is None: those options
+    say in their own words what happens without them."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsHelp)
     p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
     p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one the model folder records (simcse_config.json or a sentence-transformers "
-                   "1_Pooling), for the reference's 8 published model ids their documented one, else cls")
+                   "1_Pooling; another --pooler is then an error, as in SimCSE(folder, pooler=...)), for the "
+                   "reference's 8 published model ids their documented one, else cls")
     p.add_argument("--mode", choices=["dev", "test", "fasttest"], default="test",
                    help="dev: STS-B/SICK-R dev + transfer dev accuracy (5-fold); test: test results, 10-fold; "
                         "fasttest: test results, 5-fold")
@@ -46,9 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=64, help="encoding batch size")
     p.add_argument("--max_seq_length", type=int, default=512,
                    help="token truncation; SentEval feeds whole sentences, so keep it at the encoder's limit")
-    p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder")
+    p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder (default: $SIMCSE_SENTEVAL_DIR, else "
+                   "$SIMCSE_DATA_MIRROR/senteval/downstream, else data/downstream)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--output_json", default=None, help="write the results dict and the table values here")
+    p.add_argument("--output_json", default=None, help="write the results dict and the table values here (default: no file)")
     p.add_argument("--sts_all_splits", action="store_true",
                    help="also score the STS-B/SICK-R splits that are not reported (as SentEval does; slower)")
     p.add_argument("--seed", type=int, default=1111, help="transfer folds and classifier seed")
@@ -127,16 +139,22 @@ def main(argv=None) -> dict:
     import torch
 
     from simcse.models.modeling import SimCSEModel
+    from simcse.models.pooling import pooler_to_use
 
+    try:
+        pooler_type, recorded = pooler_to_use(args.model_name_or_path, args.pooler, option="--pooler")
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     t0 = time.perf_counter()
     try:
-        model = SimCSEModel.from_pretrained(args.model_name_or_path, pooler_type=args.pooler)
+        model = SimCSEModel.from_pretrained(args.model_name_or_path, pooler_type=pooler_type)
     except (OSError, ValueError) as e:
         sys.exit(f"error: cannot load model {args.model_name_or_path!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     pooler = model.pooler_type
     shown = pooler if model.inference_pooler == pooler else f"{pooler} (mlp_only_train: encodes as {model.inference_pooler})"
+    print(pooler_line(recorded, shown, args.pooler), flush=True)
 
     def encode(sentences):
         return model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
@@ -181,6 +199,14 @@ def main(argv=None) -> dict:
             sys.exit(f"error: {e}")
         print(f"wrote {args.output_json}")
     return results
+
+
+def pooler_line(recorded: tuple[str, str] | None, used: str, requested: str | None) -> str:
+    """The one line saying which pooler the model folder records (and where) and which one encodes."""
+    if recorded is not None:
+        return f"pooler: the model folder records {recorded[0]} ({recorded[1]}); using {used}"
+    how = "--pooler" if requested is not None else "the default for a folder that records none"
+    return f"pooler: the model folder records none; using {used} ({how})"
 
 
 def check_update_card(args, tasks: list[str]) -> None:

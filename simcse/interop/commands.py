@@ -11,14 +11,14 @@ from simcse.files.errors import UsageError
 def cmd_export(args) -> int:
     from simcse.interop.export import export_huggingface, export_sentence_transformers, huggingface_reading
     from simcse.models.modeling import SimCSEModel
-    from simcse.models.pooling import pooler_for
+    from simcse.models.pooling import pooler_to_use
 
     if args.quantize and args.format != "onnx":
         raise UsageError(f"--quantize needs --format onnx (got --format {args.format})")
     if args.override_pooler and args.pooler is None:
         raise UsageError("--override-pooler needs --pooler (the pooler to export with)")
-    pooler = args.pooler if args.override_pooler else pooler_for(
-        args.model, args.pooler, "--pooler ", "pass --override-pooler to export with another pooler on purpose")
+    pooler = args.pooler if args.override_pooler else pooler_to_use(
+        args.model, args.pooler, "--pooler", "pass --override-pooler to export with another pooler on purpose")[0]
     model = SimCSEModel.from_pretrained(args.model, pooler_type=pooler)
     if args.format == "onnx":
         from simcse.interop.onnx import export_onnx

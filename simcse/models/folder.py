@@ -13,9 +13,11 @@ mixin that gives :class:`simcse.SimCSEModel` its ``save_pretrained`` / ``from_pr
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shlex
 from pathlib import Path
 
 import torch
@@ -35,6 +37,8 @@ MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
 
 MLM_HEAD_WEIGHTS_NAME = "simcse_mlm_head.safetensors"  # the auxiliary MLM head (training with do_mlm)
 
+TRAIN_COMMAND_NAME = "simcse_train_command.txt"  # in a training checkpoint-N: the run's command line (one line)
+
 FORMAT_VERSION = 1
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -43,19 +47,43 @@ def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """True when ``path`` is a local folder (checked for weights); False for a hub name.
 
     Raises:
-        FileNotFoundError: ``path`` looks like a local path but does not exist, or has no weight file.
+        FileNotFoundError: ``path`` looks like a local path but does not exist, or has no weight file (for the
+            output folder of an unfinished training run, the message names its newest ``checkpoint-N`` and the
+            command that resumes the run).
     """
     p = Path(path)
     if p.is_dir():
         if not any((p / f).is_file() for f in _WEIGHT_FILES):
             raise FileNotFoundError(
-                f"model folder {path!r} has no weights: expected one of {list(_WEIGHT_FILES)}"
+                f"model folder {path!r} has no weights: expected one of {list(_WEIGHT_FILES)}{_unfinished_run_hint(p)}"
             )
         return True
     if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
         raise FileNotFoundError(f"model path {path!r} is not a folder with a saved model")
     _check_hub_name(path, hf_kwargs)
     return False  # a hub name such as "bert-base-uncased"; transformers resolves it (needs the hub)
+
+def _unfinished_run_hint(folder: Path) -> str:
+    """For a folder holding the ``checkpoint-N`` folders of a training run that stopped before saving the final
+    model: the newest checkpoint and the command that resumes the run (the run's own command line, which
+    training writes into each checkpoint as :data:`TRAIN_COMMAND_NAME`, with ``--resume_from_checkpoint``);
+    else ``""``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    try:
+        last = get_last_checkpoint(str(folder))
+    except OSError:
+        return ""
+    if last is None:
+        return ""
+    try:
+        command = (Path(last) / TRAIN_COMMAND_NAME).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        command = ""
+    resume = (f"{command} --resume_from_checkpoint {shlex.quote(last)}" if command else
+              f"the training command that wrote it, with --resume_from_checkpoint {shlex.quote(last)}")
+    return (f"; it holds the checkpoints of a training run that stopped before saving the final model, the newest "
+            f"being {last!r} (itself a saved model that loads); resume the run with: {resume}")
 
 def _check_hub_name(name: str, hf_kwargs: dict | None = None, timeout: float = 3.0) -> None:
     """Fail at once, saying what was looked for, when hub name ``name`` cannot be loaded here.
@@ -104,6 +132,27 @@ def _hub_file(repo_id: str, filename: str, hf_kwargs: dict) -> Path | None:
     except EntryNotFoundError:  # remote: no such file; offline: not in the cached snapshot
         return None
 
+@contextlib.contextmanager
+def quiet_transformers_bars():
+    """Within the block, transformers' own progress bars (``Loading weights 0/N`` and ``Writing model shards``,
+    which transformers 5 draws on every ``from_pretrained`` / ``save_pretrained``) are not drawn; the previous
+    setting is restored on exit.
+
+    Uses ``transformers.utils.logging.set_tqdm_hook`` (the hook returned is put back), so download bars of
+    ``huggingface_hub`` and the user's own transformers bars outside the block are untouched.
+    """
+    from transformers.utils import logging as hf_logging
+
+    def no_bar(factory, args, kwargs):
+        return factory(*args, **{**kwargs, "disable": True})
+
+    previous = hf_logging.set_tqdm_hook(no_bar)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
+
+
 def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     """Load ``AutoModel`` from ``path``; return (encoder, its detached pooler module or None).
 
@@ -120,7 +169,8 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     import pickle
 
     try:
-        encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+        with quiet_transformers_bars():
+            encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     except pickle.UnpicklingError as e:  # torch.load(weights_only=True) met an object that is not a tensor
         detail = next((line for line in str(e).splitlines() if "GLOBAL" in line), "").strip()
         raise ValueError(
@@ -264,7 +314,8 @@ class SavedFolder:
         if hf_pooler is not None:
             self.encoder.pooler = hf_pooler.to(self.device)
         try:
-            self.encoder.save_pretrained(folder, safe_serialization=True)
+            with quiet_transformers_bars():
+                self.encoder.save_pretrained(folder, safe_serialization=True)
         finally:
             if hf_pooler is not None:
                 self.encoder.pooler = None
@@ -307,7 +358,7 @@ class SavedFolder:
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
                 ``"random"`` draws N(0, initializer_range) like the reference trainer's fresh ``MLPLayer``.
             trust_remote_code: passed to transformers; off by default.
-            hf_kwargs: more ``AutoModel.from_pretrained`` options (``torch_dtype``, ``attn_implementation``...).
+            hf_kwargs: more ``AutoModel.from_pretrained`` options (``dtype``, ``attn_implementation``...).
 
         Raises:
             FileNotFoundError: a local path that is missing or holds no weights.
@@ -378,7 +429,7 @@ class SavedFolder:
         from safetensors.torch import load_file
 
         _check_model_dir(str(path))
-        fresh, _ = _load_encoder(str(path), torch_dtype=next(self.encoder.parameters()).dtype)
+        fresh, _ = _load_encoder(str(path), dtype=next(self.encoder.parameters()).dtype)
         self.encoder.load_state_dict(fresh.state_dict())
         if self.mlp is not None:
             mlp_file = Path(path) / MLP_WEIGHTS_NAME

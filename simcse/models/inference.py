@@ -34,7 +34,7 @@ class Encoding:
         All sentences are tokenised up front (:meth:`_tokenize_flat`), then batches of ``batch_size`` are cut
         from the list sorted by *token* length (:meth:`_padded_batch`), so a batch carries almost no padding.
         ``max_length`` truncates (tokens, special tokens included; capped at :attr:`max_input_tokens`, the
-        encoder's position table); when any sentence is cut, one ``UserWarning`` gives how many. ``dtype``
+        encoder's position table); when any sentence is cut, one log warning (logger ``simcse.models.inference``) gives how many. ``dtype``
         (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed.
 
         Raises:
@@ -92,7 +92,7 @@ class Encoding:
 
         Returns ``(flat, lengths, offsets)``: per input key (``input_ids``, ``token_type_ids``...) one flat int32
         array of all rows' ids, row i at ``offsets[i]:offsets[i+1]``; ``lengths`` (N,) int64 token counts;
-        ``offsets`` (N+1,) int64. Warns (``UserWarning``, once) when ``max_length`` cut any sentence.
+        ``offsets`` (N+1,) int64. Logs one warning (``simcse.models.inference``) when ``max_length`` cut any sentence.
         """
         import itertools
 
@@ -120,12 +120,9 @@ class Encoding:
             longer = tok([sentences[i] for i in full], truncation=True, max_length=max_length + 1,
                          return_attention_mask=False)["input_ids"]
             n_cut = sum(len(x) > max_length for x in longer)
-            if n_cut:
-                import warnings
-
-                # stacklevel: this method, encode, inference_mode's wrapper, the caller of encode
-                warnings.warn(f"{n_cut} of {n} sentences are longer than max_length={max_length} tokens and were "
-                              "truncated", UserWarning, stacklevel=4)
+            if n_cut:  # a log line, not warnings.warn: that would print a line of this package's source too
+                logger.warning("%d of %d sentences are longer than max_length=%d tokens and were truncated",
+                               n_cut, n, max_length)
         return flat, lengths, offsets
 
     def _padded_batch(self, flat: dict[str, np.ndarray], lengths: np.ndarray, offsets: np.ndarray,

@@ -22,7 +22,8 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
     keep_mask,
     set_config_dropout,
 )
-from simcse.models.folder import FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits
+from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
+                                  quiet_transformers_bars)
 from simcse.models.inference import Encoding
 from simcse.models.pooling import MLPHead, get_pooler
 from simcse.models.unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
@@ -86,7 +87,9 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
         """
         from transformers import AutoModelForMaskedLM
 
-        mlm, info = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=trust_remote_code, output_loading_info=True)
+        with quiet_transformers_bars():
+            mlm, info = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                                             output_loading_info=True)
         base = mlm.base_model
         heads = [m for _, m in mlm.named_children() if m is not base]
         prefix = mlm.base_model_prefix + "."

@@ -151,28 +151,52 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     return (name, str(pcfg_file)) if name else None
 
 
-def pooler_for(model_name_or_path, pooler: str | None, option: str = "pooler=",
-               override_hint: str = "SimCSEModel.from_pretrained(..., pooler_type=...) loads a model with another "
-                                    "pooler on purpose") -> str | None:
-    """The pooler to load ``model_name_or_path`` with: the one its folder records (:func:`recorded_pooler`), else
-    ``pooler`` (None: the loader's default). The one rule of ``SimCSE(...)``, the command line (``--pooler``) and
-    ``simcse export``: a pooler that disagrees with the recorded one is an error, never a silent change of what
-    the model encodes.
+def pooler_to_use(folder, requested: str | None, option: str = "pooler",
+                  override_hint: str = "SimCSEModel.from_pretrained(..., pooler_type=...) loads a model with another "
+                                       "pooler on purpose") -> tuple[str | None, tuple[str, str] | None]:
+    """The one pooler rule of the tool (:class:`simcse.SimCSE`, ``simcse encode/index/serve``) and the evaluator
+    (``simcse evaluate`` / ``scripts/evaluation.py``): a folder that records its pooler
+    (:func:`recorded_pooler`) is encoded with it, and a requested pooler that would give other embeddings is an
+    error, not a silent switch. A folder that records none uses ``requested`` (None: the loader's default).
+
+    The request agrees with the folder when it names the recorded pooler or, for a ``cls`` model trained with
+    ``mlp_only_train`` (``simcse_config.json``), ``cls_before_pooler``: what that model encodes with (paper
+    Section 3; the reference's habit of passing ``--pooler cls_before_pooler`` for unsupervised models).
 
     Args:
-        option: how the caller's argument is spelled in the message (``"pooler="``, ``"--pooler "``).
-        override_hint: how to load with another pooler on purpose (said in the message).
+        folder: a model folder (a hub name or a missing path records nothing).
+        requested: the pooler asked for, or None.
+        option: how the caller spells the setting in its error message: ``"pooler"`` (``pooler='avg'``) or
+            ``"--pooler"`` (``--pooler avg``).
+        override_hint: how to use another pooler on purpose (said in the message; ``simcse export`` names its
+            ``--override-pooler``).
+
+    Returns:
+        ``(pooler to load with, (recorded pooler, file it is read from) or None)``.
 
     Raises:
-        ValueError: an unknown pooler name; ``pooler`` differs from the recorded one.
+        ValueError: an unknown ``requested`` name, or one that differs from the recorded pooler.
     """
-    if pooler is not None:
-        get_pooler(pooler)  # an unknown name fails first, with the list of poolers
-    rec = recorded_pooler(model_name_or_path)
+    if requested is not None:
+        get_pooler(requested)  # an unknown name fails first, with the list of poolers
+    rec = recorded_pooler(folder)
     if rec is None:
-        return pooler
-    if pooler is not None and pooler != rec[0]:
-        shown = f"{option}{pooler!r}" if option.endswith("=") else f"{option}{pooler}"
-        raise ValueError(f"{shown} differs from the pooler {str(model_name_or_path)!r} records ({rec[0]!r}, in "
-                         f"{rec[1]}); drop {option.strip()} to use it ({override_hint})")
-    return rec[0]
+        return requested, None
+    if requested is None or requested in _agreeing_poolers(folder, rec[0]):
+        return rec[0], rec
+    asked = f"{option} {requested}" if option.startswith("--") else f"{option}={requested!r}"
+    drop = f"drop {option}" if option.startswith("--") else f"drop {option}="
+    raise ValueError(f"{asked} differs from the pooler {str(folder)!r} records ({rec[0]!r}, in {rec[1]}); {drop} "
+                     f"to use it ({override_hint})")
+
+
+def _agreeing_poolers(folder, recorded: str) -> set[str]:
+    """The pooler names that encode like the folder's recorded pooler (see :func:`pooler_to_use`)."""
+    import json
+    from pathlib import Path
+
+    names = {recorded}
+    cfg = Path(folder) / "simcse_config.json"
+    if recorded == "cls" and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
+        names.add("cls_before_pooler")
+    return names

@@ -29,7 +29,7 @@ import torch
 from simcse.files.inputs import check_sentences, first_undecodable_line
 from simcse.models.folder import model_fingerprint
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import pooler_for
+from simcse.models.pooling import pooler_to_use
 from simcse.retrieval.lifecycle import IndexLifecycle
 from simcse.retrieval.scoring import clip_cosine, unit_rows
 
@@ -103,15 +103,16 @@ class SimCSE(IndexLifecycle):
             (at most one per indexed sentence), as the reference; ``build_index(..., nlist=...)`` overrides.
         num_cells_in_search: clusters visited per query (``nprobe``), at most ``num_cells``;
             ``build_index(..., nprobe=...)`` overrides.
-        pooler: pooler name (:data:`simcse.POOLERS`); overrides the saved one. For a plain HF encoder the
-            default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
+        pooler: pooler name (:data:`simcse.POOLERS`). A folder that records its pooler is encoded with it, and
+            another one is a ValueError (:func:`simcse.models.pooling.pooler_to_use`, the evaluator's rule too);
+            for a plain HF encoder the default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
         max_length: (keyword-only) default truncation length in tokens for :meth:`encode` (capped at
             :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
         backend: (keyword-only) ``"torch"`` (default) or ``"onnx"``: onnxruntime on the CPU with a folder written
             by ``simcse export --format onnx`` (:class:`simcse.interop.onnx.ONNXEncoder`); then ``file_name=
             "simcse_int8.onnx"`` picks the int8 model and ``num_threads`` sets onnxruntime's threads.
         model_kwargs: (keyword-only) :meth:`SimCSEModel.from_pretrained` options, :data:`MODEL_KWARGS`
-            (``mlp_only_train``, ``torch_dtype``, ``attn_implementation``, ``trust_remote_code``...); for
+            (``mlp_only_train``, ``dtype``, ``attn_implementation``, ``trust_remote_code``...); for
             ``backend="onnx"`` the :class:`~simcse.interop.onnx.ONNXEncoder` options.
 
     Raises:
@@ -140,7 +141,7 @@ class SimCSE(IndexLifecycle):
             self.model = model_name_or_path
             self.model_name_or_path = getattr(model_name_or_path.encoder.config, "_name_or_path", "") or ""
         else:
-            pooler = pooler_for(model_name_or_path, pooler)
+            pooler, _ = pooler_to_use(model_name_or_path, pooler)
             self.model = SimCSEModel.from_pretrained(model_name_or_path, pooler_type=pooler, **model_kwargs)
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:

@@ -5,13 +5,16 @@
     simcse serve --model M --pooler avg --input corpus.txt [--max-lines N]
     simcse serve ... --host 127.0.0.1 --port 8000
 
-This module is the start-up: it loads the model and the index into a :class:`simcse.serving.service.SearchService`
-(the request limits, their checks and the thread-safe search live there), builds the FastAPI application of
-:mod:`simcse.serving.webapp` and serves it with uvicorn. The reference SimCSE repository's demo (a Flask API and a page) plays the same role.
+This module is the start-up: it loads the model (and a saved index) at once, serves the FastAPI application of
+:mod:`simcse.serving.webapp` with uvicorn right away, and encodes a corpus to index in a background thread
+meanwhile (a :class:`simcse.serving.service.StartingService` answers with the progress and 503 until the
+:class:`simcse.serving.service.SearchService`, where the request limits, their checks and the thread-safe search
+live, is ready). The reference SimCSE repository's demo (a Flask API and a page) plays the same role.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import threading
@@ -21,7 +24,7 @@ from pathlib import Path
 from simcse.files.inputs import iter_sentences
 from simcse.retrieval.lifecycle import model_for_index
 from simcse.retrieval.tool import SimCSE
-from simcse.serving.service import DEFAULT_MODEL_NAME, EXAMPLES, SearchService
+from simcse.serving.service import DEFAULT_MODEL_NAME, EXAMPLES, SearchService, StartingService
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_LINES = 10_000  # the embedded default indexes this many lines of the wiki file
@@ -89,20 +92,18 @@ def first_lines(path: Path, n: int, column: str | None = None) -> list[str]:
     return out
 
 
-def load_service(model: str | None = None, pooler: str | None = None, input: str | None = None,
-                 index: str | None = None, column: str | None = None, max_lines: int | None = None,
-                 device: str | None = None,
-                 batch_size: int = 64, max_length: int = 128, dtype=None, examples=None) -> SearchService:
-    """Load the model and the index and return a :class:`SearchService`.
+def open_source(model: str | None = None, pooler: str | None = None, input: str | None = None,
+                index: str | None = None, column: str | None = None, max_lines: int | None = None,
+                device: str | None = None, max_length: int = 128):
+    """Check the options, load the model (and the ``index`` folder, when given) and say what is left to index.
 
-    With ``index``: a folder written by ``simcse index`` (the model and pooler are read from it unless
-    given). With ``input``: a text file encoded and indexed now (a progress bar on stderr). With neither:
-    the embedded default, all-MiniLM-L6-v2 (``avg`` pooler) over the first :data:`DEFAULT_MAX_LINES` lines
-    of the wiki file.
+    Returns:
+        ``(tool, corpus, total, model name shown, source)``: ``corpus`` is None when the index was loaded, else
+        the sentences to index (a list for ``max_lines``, else the file's path) and ``total`` their number (the
+        file is read once here, so a bad record fails now).
 
     Raises:
-        FileNotFoundError: a missing file, folder or default corpus; ImportError: the default model package is
-        missing; ValueError: ``max_lines`` < 1, both ``input`` and ``index``, or what ``SimCSE`` raises.
+        see :func:`load_service`.
     """
     if input is not None and index is not None:
         raise ValueError("give --input or --index, not both")
@@ -119,17 +120,101 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
         raise FileNotFoundError(f"--input {input!r} is not a file")
     _say(f"loading model {model}")
     tool = SimCSE(model, device=device, pooler=pooler, max_length=max_length)
-    t0 = time.perf_counter()
     if index is not None:
         tool.load_index(index)
-        source = index
+        return tool, None, len(tool.sentences), name or model, index
+    if max_lines:
+        corpus = first_lines(Path(input), max_lines, column)
+        total = len(corpus)
     else:
-        corpus = first_lines(Path(input), max_lines, column) if max_lines else input
-        tool.build_index(corpus, batch_size=batch_size, column=None if max_lines else column, chunk_size=1_000,
-                         show_progress=True)  # the bar moves every 1,000 sentences
-        _say(f"indexed {len(tool.sentences):,} sentences of {input} in {time.perf_counter() - t0:.1f} s")
-        source = input
-    return SearchService(tool, model_name=name or model, source=source, examples=examples or EXAMPLES, dtype=dtype)
+        corpus = Path(input)
+        total = sum(1 for _ in iter_sentences(corpus, column))
+    if total == 0:
+        raise ValueError(f"--input {input!r} has no sentence to index")
+    return tool, corpus, total, name or model, input
+
+
+def index_corpus(tool, corpus, column: str | None = None, batch_size: int = 64, chunk_size: int = 1_000,
+                 progress=None, stop: threading.Event | None = None) -> None:
+    """Encode ``corpus`` (a list of sentences or an iterable of them, or a sentence file read with ``column``)
+    into ``tool``'s index, ``chunk_size`` sentences at a time, calling ``progress(sentences indexed so far)``
+    after each chunk and returning early once ``stop`` is set. ``tool`` has no index yet (an exact one is made,
+    as :meth:`simcse.SimCSE.build_index`)."""
+    sentences = iter_sentences(corpus, column) if isinstance(corpus, Path) else iter(corpus)
+    done = 0
+    while stop is None or not stop.is_set():
+        chunk = list(itertools.islice(sentences, chunk_size))
+        if not chunk:
+            break
+        done += tool.add_to_index(chunk, batch_size=batch_size, show_progress=False)
+        if progress is not None:
+            progress(done)
+
+
+def load_service(model: str | None = None, pooler: str | None = None, input: str | None = None,
+                 index: str | None = None, column: str | None = None, max_lines: int | None = None,
+                 device: str | None = None,
+                 batch_size: int = 64, max_length: int = 128, dtype=None, examples=None) -> SearchService:
+    """Load the model and the index and return a :class:`SearchService` (the index is complete when this returns;
+    ``simcse serve`` itself answers at once and indexes in the background, see :func:`start_indexing`).
+
+    With ``index``: a folder written by ``simcse index`` (the model and pooler are read from it unless
+    given). With ``input``: a text file encoded and indexed now. With neither: the embedded default,
+    all-MiniLM-L6-v2 (``avg`` pooler) over the first :data:`DEFAULT_MAX_LINES` lines of the wiki file.
+
+    Raises:
+        FileNotFoundError: a missing file, folder or default corpus; ImportError: the default model package is
+        missing; ValueError: ``max_lines`` < 1, both ``input`` and ``index``, an input without sentences, or what
+        ``SimCSE`` raises.
+    """
+    tool, corpus, total, name, source = open_source(model, pooler, input, index, column, max_lines, device,
+                                                    max_length)
+    if corpus is not None:
+        t0 = time.perf_counter()
+        index_corpus(tool, corpus, column, batch_size)
+        _say(f"indexed {len(tool.sentences):,} sentences of {source} in {time.perf_counter() - t0:.1f} s")
+    return SearchService(tool, model_name=name, source=source, examples=examples or EXAMPLES, dtype=dtype)
+
+
+def start_indexing(starting: StartingService, corpus, column: str | None = None, batch_size: int = 64,
+                   chunk_size: int = 256, dtype=None, on_failure=None, say_every: float = 10.0,
+                   stop: threading.Event | None = None) -> threading.Thread:
+    """Index ``corpus`` into ``starting.tool`` in a background thread, reporting progress to ``starting`` after
+    every ``chunk_size`` sentences (and a ``[simcse serve] indexing N / M sentences`` line on stderr at most every
+    ``say_every`` seconds), then hand it a :class:`SearchService`. On an error, ``starting.failed(message)``, an
+    ``error: ...`` line on stderr and ``on_failure()`` (``simcse serve`` stops the server then). Setting ``stop``
+    ends the thread after the chunk being encoded (join it before the interpreter exits). Returns the started
+    thread."""
+    def work():
+        t0 = last = time.perf_counter()
+
+        def progress(done: int) -> None:
+            nonlocal last
+            starting.progress(done)
+            stopping = stop is not None and stop.is_set()
+            if time.perf_counter() - last >= say_every and done < starting.total and not stopping:
+                last = time.perf_counter()
+                _say(starting.progress_line)
+
+        try:
+            index_corpus(starting.tool, corpus, column, batch_size, chunk_size, progress, stop)
+            if stop is not None and stop.is_set():
+                return
+            service = SearchService(starting.tool, model_name=starting.model_name, source=starting.source,
+                                    examples=starting.examples, dtype=dtype)
+        except Exception as e:  # reported to the clients and on stderr; the server is then stopped
+            starting.failed(str(e) or type(e).__name__)
+            print(f"error: indexing {starting.source} failed: {e}", file=sys.stderr, flush=True)
+            if on_failure is not None:
+                on_failure()
+            return
+        starting.ready(service)
+        _say(f"indexed {len(starting.tool.sentences):,} sentences of {starting.source} in "
+             f"{time.perf_counter() - t0:.1f} s; searches are answered now")
+
+    thread = threading.Thread(target=work, name="simcse-serve-indexing")
+    thread.start()
+    return thread
 
 
 def _say(msg: str) -> None:
@@ -183,7 +268,13 @@ def running_server(app, host: str = "127.0.0.1", port: int = 0, log_level: str =
 
 
 def run(args) -> int:
-    """Entry point of ``simcse serve`` (``args`` from :func:`add_arguments` plus the model options)."""
+    """Entry point of ``simcse serve`` (``args`` from :func:`add_arguments` plus the model options).
+
+    The options are checked and the model loaded first (a problem ends with one ``error: ...`` line); then the
+    page and the API are served at once. A corpus to index (``--input``, or the default wiki lines) is encoded in
+    the background meanwhile: ``/api/health`` and the page show the progress and searches get 503 until it is done.
+    Returns 0 after Ctrl+C, 1 when indexing failed.
+    """
     try:
         import uvicorn
 
@@ -194,10 +285,34 @@ def run(args) -> int:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
     import torch
 
-    service = load_service(model=args.model, pooler=args.pooler, input=args.input, index=args.index,
-                           column=args.column, max_lines=args.max_lines, device=args.device,
-                           batch_size=args.batch_size, max_length=args.max_length,
-                           dtype=torch.bfloat16 if args.bf16 else None, examples=args.example)
-    _say(f"serving {service.info()['size']:,} sentences on http://{args.host}:{args.port}/ (Ctrl+C stops)")
-    uvicorn.Server(uvicorn_config(create_app(service), args.host, args.port, args.log_level)).run()
-    return 0
+    dtype = torch.bfloat16 if args.bf16 else None
+    tool, corpus, total, name, source = open_source(model=args.model, pooler=args.pooler, input=args.input,
+                                                    index=args.index, column=args.column, max_lines=args.max_lines,
+                                                    device=args.device, max_length=args.max_length)
+    examples = args.example or EXAMPLES
+    url = f"http://{args.host}:{args.port}/"
+    if corpus is None:
+        service = SearchService(tool, model_name=name, source=source, examples=examples, dtype=dtype)
+    else:
+        service = StartingService(tool, total, model_name=name, source=source, examples=examples)
+    server = uvicorn.Server(uvicorn_config(create_app(service), args.host, args.port, args.log_level))
+    failed, stopping, indexing = threading.Event(), threading.Event(), None
+    if corpus is None:
+        _say(f"serving {total:,} sentences on {url} (Ctrl+C stops)")
+    else:
+        _say(f"serving on {url} now (Ctrl+C stops); indexing {total:,} sentences of {source} first: the page "
+             "shows the progress and searches are answered when it is done")
+
+        def stop() -> None:
+            failed.set()
+            server.should_exit = True
+
+        indexing = start_indexing(service, corpus, args.column, args.batch_size, dtype=dtype, on_failure=stop,
+                                  stop=stopping)
+    try:
+        server.run()
+    finally:
+        stopping.set()  # an unfinished indexing thread ends after its current chunk, before the interpreter does
+        if indexing is not None:
+            indexing.join()
+    return 1 if failed.is_set() else 0

@@ -1,6 +1,6 @@
 """The search service behind ``simcse serve``, without a web framework: the request limits and their checks,
-:class:`RequestError`, and :class:`SearchService` (thread-safe, read-only search over a :class:`simcse.SimCSE`
-tool with an index). The FastAPI application (:mod:`simcse.serving.webapp`) calls it; the entry point that loads
+:class:`RequestError`, :class:`SearchService` (thread-safe, read-only search over a :class:`simcse.SimCSE`
+tool with an index) and :class:`StartingService` (what answers while the index is still being built). The FastAPI application (:mod:`simcse.serving.webapp`) calls it; the entry point that loads
 the model and the index is :mod:`simcse.serving.serve`.
 """
 from __future__ import annotations
@@ -31,11 +31,19 @@ EXAMPLES = (
 
 
 class RequestError(ValueError):
-    """A bad request: ``status`` is the HTTP status (4xx) and the message says what was expected."""
+    """A request that cannot be answered: ``status`` is the HTTP status (4xx for a bad request, 503 for
+    :class:`NotReady`) and the message says what was expected."""
 
     def __init__(self, message: str, status: int = 422):
         super().__init__(message)
         self.status = status
+
+
+class NotReady(RequestError):
+    """The server is still building its index, or could not (HTTP 503); the message says which and how far."""
+
+    def __init__(self, message: str):
+        super().__init__(message, status=503)
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -121,14 +129,12 @@ class SearchService:
         tool.index.search(_unit_probe(tool.hidden_size), 1)  # joins numpy chunks now, not during a request
 
     def info(self) -> dict:
-        """Model, pooler, index size and backend, limits and defaults (JSON-ready)."""
+        """Model, pooler, index size and backend, limits and defaults (JSON-ready); ``status`` ``"ok"``."""
+        return _info(self.tool, self.model_name, self.source, "ok", len(self.tool.sentences), self.tool.index.kind)
 
-        return {"model": self.model_name, "model_path": self.tool.model_name_or_path, "pooler": self.tool.pooler,
-                "size": len(self.tool.sentences), "backend": self.tool.index.kind, "dim": self.tool.hidden_size,
-                "source": self.source, "device": str(self.tool.device), "version": __version__,
-                "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
-                "limits": {"max_top_k": MAX_TOP_K, "max_text_chars": MAX_TEXT_CHARS, "max_batch": MAX_BATCH,
-                           "max_encode": MAX_ENCODE, "max_body_bytes": MAX_BODY_BYTES}}
+    def health(self) -> tuple[int, dict]:
+        """(HTTP status, body) of ``GET /api/health``: 200 ``{"status": "ok"}``, searches are answered."""
+        return 200, {"status": "ok"}
 
     def _encode(self, sentences: list[str], normalize: bool = True):
         """float32 (N, H) embeddings of ``sentences`` (unit rows when ``normalize``), one thread at a time."""
@@ -158,6 +164,104 @@ class SearchService:
     def encode(self, sentences: list[str], normalize: bool = True):
         """float32 (N, H) embeddings, unit length unless ``normalize`` is False."""
         return self._encode(sentences, normalize)
+
+
+class StartingService:
+    """What ``simcse serve`` answers while its index is being built (by another thread), then the
+    :class:`SearchService` it hands over: thread-safe.
+
+    Until :meth:`ready`: ``/api/health`` answers 503 ``{"status": "indexing", "indexed", "total", "message":
+    "indexing 3,000 / 10,000 sentences"}``, ``/api/info`` the model and the progress, and search, similarity and
+    encode raise :class:`NotReady` (HTTP 503) with that progress. After :meth:`failed`, they say the index could not
+    be built and why. After :meth:`ready`, every call goes to the :class:`SearchService`.
+
+    Args:
+        tool: the :class:`simcse.SimCSE` being indexed (its model is loaded).
+        total: how many sentences will be indexed (for the progress line).
+        model_name, source, examples: as :class:`SearchService`.
+    """
+
+    def __init__(self, tool, total: int, model_name: str | None = None, source: str = "", examples=EXAMPLES):
+        self.tool = tool
+        self.total = int(total)
+        self.model_name = model_name or tool.model_name_or_path
+        self.source = str(source)
+        self.examples = [check_text(e, "example") for e in examples]
+        self._lock = threading.Lock()
+        self._indexed = 0
+        self._service: SearchService | None = None
+        self._error: str | None = None
+
+    # ------------------------------------------------------------------- the indexing thread's calls
+    def progress(self, indexed: int) -> None:
+        """``indexed`` sentences are in the index so far."""
+        with self._lock:
+            self._indexed = int(indexed)
+
+    def ready(self, service: SearchService) -> None:
+        """The index is complete: from now on ``service`` answers."""
+        with self._lock:
+            self._service, self._indexed = service, len(service.tool.sentences)
+
+    def failed(self, message: str) -> None:
+        """The index could not be built (``message`` says why): requests get 503 with it."""
+        with self._lock:
+            self._error = message
+
+    # --------------------------------------------------------------------------------- the requests
+    @property
+    def progress_line(self) -> str:
+        """``"indexing 3,000 / 10,000 sentences"``."""
+        return f"indexing {self._indexed:,} / {self.total:,} sentences"
+
+    def _state(self) -> tuple[SearchService | None, str | None]:
+        with self._lock:
+            return self._service, self._error
+
+    def _service_or_503(self) -> SearchService:
+        service, error = self._state()
+        if service is not None:
+            return service
+        if error is not None:
+            raise NotReady(f"the index could not be built ({error}); this server cannot search")
+        raise NotReady(f"the index is not ready yet ({self.progress_line}); searches are answered when it is done "
+                       "(GET /api/health says when)")
+
+    def health(self) -> tuple[int, dict]:
+        """(HTTP status, body) of ``GET /api/health``: 503 while indexing or after a failure, then 200."""
+        service, error = self._state()
+        if service is not None:
+            return service.health()
+        if error is not None:
+            return 503, {"status": "failed", "error": error}
+        return 503, {"status": "indexing", "indexed": self._indexed, "total": self.total, "message": self.progress_line}
+
+    def info(self) -> dict:
+        """:meth:`SearchService.info`; while indexing, ``status`` ``"indexing"``, ``size`` the sentences indexed
+        so far, ``total`` and ``backend`` None."""
+        service, error = self._state()
+        if service is not None:
+            return service.info()
+        out = _info(self.tool, self.model_name, self.source, "failed" if error else "indexing", self._indexed, None)
+        out["total"] = self.total
+        return out
+
+    def search(self, *args, **kwargs):
+        return self._service_or_503().search(*args, **kwargs)
+
+    def similarity(self, *args, **kwargs):
+        return self._service_or_503().similarity(*args, **kwargs)
+
+    def encode(self, *args, **kwargs):
+        return self._service_or_503().encode(*args, **kwargs)
+
+
+def _info(tool, model_name: str, source: str, status: str, size: int, backend: str | None) -> dict:
+    return {"status": status, "model": model_name, "model_path": tool.model_name_or_path, "pooler": tool.pooler,
+            "size": size, "backend": backend, "dim": tool.hidden_size, "source": source, "device": str(tool.device),
+            "version": __version__, "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
+            "limits": {"max_top_k": MAX_TOP_K, "max_text_chars": MAX_TEXT_CHARS, "max_batch": MAX_BATCH,
+                       "max_encode": MAX_ENCODE, "max_body_bytes": MAX_BODY_BYTES}}
 
 
 def _unit_probe(dim: int):

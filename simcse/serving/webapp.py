@@ -1,6 +1,7 @@
 """The FastAPI application of ``simcse serve``: the search page at ``/`` and the JSON API under ``/api``.
 
-    GET  /api/health                         {"status": "ok"}
+    GET  /api/health                         {"status": "ok"} (200); while the index is built: 503
+                                             {"status": "indexing", "indexed", "total", "message"}
     GET  /api/info                           model, pooler, index size and backend, defaults, limits
     GET  /api/examples                       {"examples": [...]}
     GET  /api/search?query=&top_k=&threshold= {"query", "top_k", "threshold", "results": [{rank, sentence,
@@ -13,8 +14,9 @@
 
 Every error is JSON ``{"error": "<one message>"}`` with a 4xx status for anything a client sent (400 body
 not JSON / not UTF-8, 404 unknown route, 405 wrong method (with an ``Allow`` header), 413 body over 1 MiB, 415 not JSON, 422 a value of
-the wrong type or out of range). The page and its script and style are files of the package
-(``simcse/static``); they load nothing from elsewhere (a Content-Security-Policy says so to the browser).
+the wrong type or out of range), and 503 for a search, similarity or encode request while the index is still
+being built at start-up (with the progress, and ``Retry-After``). The page and its script and style are files of the package
+(``simcse/serving/static``); they load nothing from elsewhere (a Content-Security-Policy says so to the browser).
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from simcse.version import __version__
-from simcse.serving.service import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, MAX_BATCH, MAX_BODY_BYTES, MAX_ENCODE, RequestError,
-                    SearchService, check_text, check_texts, check_threshold, check_top_k, timed)
+from simcse.serving.service import (DEFAULT_THRESHOLD, DEFAULT_TOP_K, MAX_BATCH, MAX_BODY_BYTES, MAX_ENCODE, NotReady,
+                                    RequestError, SearchService, StartingService, check_text, check_texts,
+                                    check_threshold, check_top_k, timed)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
@@ -148,7 +151,10 @@ def _allowed_methods(request: Request) -> str:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):
-        return _error(exc.status, str(exc))
+        response = _error(exc.status, str(exc))
+        if isinstance(exc, NotReady):
+            response.headers["Retry-After"] = "5"
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -267,22 +273,23 @@ def _replay(body: bytes, receive):
 
 
 # ------------------------------------------------------------------------------------------- routes
-def _search_response(service: SearchService, query, top_k, threshold) -> dict:
+def _search_response(service: SearchService | StartingService, query, top_k, threshold) -> dict:
     query, top_k, threshold = check_text(query, "query"), check_top_k(top_k), check_threshold(threshold)
     results, ms = timed(service.search, [query], top_k, threshold)
     return {"query": query, "top_k": top_k, "threshold": threshold, "results": results[0], "elapsed_ms": ms}
 
 
-def _similarity_response(service: SearchService, sentence1, sentence2) -> dict:
+def _similarity_response(service: SearchService | StartingService, sentence1, sentence2) -> dict:
     sentence1, sentence2 = check_text(sentence1, "sentence1"), check_text(sentence2, "sentence2")
     score, ms = timed(service.similarity, sentence1, sentence2)
     return {"sentence1": sentence1, "sentence2": sentence2, "score": score, "elapsed_ms": ms}
 
 
-def _add_api_routes(app: FastAPI, service: SearchService) -> None:
-    @app.get("/api/health", tags=["service"], summary="liveness")
-    def health() -> dict:
-        return {"status": "ok"}
+def _add_api_routes(app: FastAPI, service: SearchService | StartingService) -> None:
+    @app.get("/api/health", tags=["service"], summary="200 when searches are answered; 503 while indexing")
+    def health() -> JSONResponse:
+        status, body = service.health()
+        return JSONResponse(body, status_code=status)
 
     @app.get("/api/info", tags=["service"], summary="model, pooler, index size and backend, defaults, limits")
     def info() -> dict:
@@ -330,11 +337,13 @@ def _add_api_routes(app: FastAPI, service: SearchService) -> None:
         return {"dim": int(emb.shape[1]), "normalized": req.normalize, "embeddings": emb.tolist(), "elapsed_ms": ms}
 
 
-def create_app(service: SearchService) -> FastAPI:
+def create_app(service: SearchService | StartingService) -> FastAPI:
     """The FastAPI application serving ``service``: the page, its static files and the JSON API.
 
     Args:
-        service: a :class:`simcse.serving.serve.SearchService` (read-only; shared by all requests).
+        service: a :class:`simcse.serving.service.SearchService` (read-only; shared by all requests), or a
+            :class:`simcse.serving.service.StartingService` whose index is still being built: the page, health and
+            info answer at once, searches with 503 until it is ready.
     """
     app = FastAPI(title="simcse search", version=__version__, docs_url=None, redoc_url=None,
                   description="Semantic search over an indexed corpus with a SimCSE sentence encoder.")

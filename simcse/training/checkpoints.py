@@ -18,6 +18,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from simcse.files.storage import WriteError, writing
 from simcse.models.card import write_model_card
+from simcse.models.folder import TRAIN_COMMAND_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ def _any_rank(flag: bool) -> bool:
 
 class CheckpointHooks(Trainer):
     """HF Trainer's persistence hooks for SimCSE (see the module): save, checkpoint, resume, best model, card."""
+
+    run_command: str | None = None  # the run's command line, written into each checkpoint (TRAIN_COMMAND_NAME)
 
     # ------------------------------------------------------------------------------------ persistence
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
@@ -122,6 +125,9 @@ class CheckpointHooks(Trainer):
             if recorded != self.state.best_model_checkpoint:
                 self.state.save_to_json(os.path.join(staged, _TRAINER_STATE_NAME))
             with writing(name, run_dir, needed=needed):
+                if self.run_command:  # loading an unfinished run's folder names it as the resume line
+                    with open(os.path.join(staged, TRAIN_COMMAND_NAME), "w", encoding="utf-8") as f:
+                        f.write(self.run_command + "\n")
                 if os.path.isdir(final):  # saved before (a resumed run re-saving a step): swap it out
                     os.replace(final, os.path.join(staging, "replaced"))
                 os.replace(staged, final)

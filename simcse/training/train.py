@@ -190,9 +190,9 @@ def _print_metrics(title: str, metrics: dict) -> None:
 EXIT_WRITE_ERROR = 74  # sysexits.h EX_IOERR: a checkpoint, the model or the results could not be written
 
 
-def resume_command(argv: list[str], checkpoint: str) -> str:
-    """The shell command that resumes this run from ``checkpoint``: the same launcher and arguments, with
-    ``--resume_from_checkpoint checkpoint`` (replacing one given before)."""
+def run_command(argv: list[str]) -> str:
+    """The shell command of this run: its launcher (``simcse train``, ``torchrun ...`` or ``python PROG``) and
+    ``argv`` without any ``--resume_from_checkpoint``."""
     import os
     import shlex
 
@@ -213,7 +213,15 @@ def resume_command(argv: list[str], checkpoint: str) -> str:
         launcher = ["torchrun", *([f"--nnodes={nodes}"] if nodes > 1 else []), f"--nproc_per_node={local}", prog]
     else:
         launcher = ["python", prog]
-    return shlex.join([*launcher, *args, "--resume_from_checkpoint", checkpoint])
+    return shlex.join([*launcher, *args])
+
+
+def resume_command(argv: list[str], checkpoint: str) -> str:
+    """The shell command that resumes this run from ``checkpoint``: the same launcher and arguments, with
+    ``--resume_from_checkpoint checkpoint`` (replacing one given before)."""
+    import shlex
+
+    return f"{run_command(argv)} --resume_from_checkpoint {shlex.quote(checkpoint)}"
 
 
 def _last_checkpoint(output_dir: str) -> str | None:
@@ -250,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         set_seed(training_args.seed)
         trainer = build(model_args, data_args, training_args)
+        trainer.run_command = run_command(argv)  # written into each checkpoint-N (the resume line reads it)
     except SetupError as e:
         sys.exit(f"error: {e}")
     from simcse.files.storage import WriteError

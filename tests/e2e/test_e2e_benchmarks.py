@@ -1,6 +1,7 @@
 """End to end: the benchmark scripts' own accounting and a smoke run of the GPU benchmark on CPU."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import load_script
@@ -19,6 +20,7 @@ def test_benchmark_token_counter_counts_real_and_padded_tokens():
     assert counter.batches == [{"tokens": 10, "padded_tokens": 16, "sum_sq": 2 * 9 + 2 * 4, "padded_sum_sq": 4 * 16}]
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_script_runs_on_cpu_as_a_smoke_test(capsys):
     """scripts/benchmark_gpu.py (for a lent GPU) builds its own random model, tokenizer and data; on CPU with
     the tiny shape it must run end to end and report a finite rate and MFU for every batch size."""

@@ -242,6 +242,7 @@ def _senteval_inner_kfold_naive(X, y, k, seed, tol):
     return round(np.mean(dev), 2), round(np.mean(test), 2)
 
 
+@pytest.mark.slow
 def test_inner_kfold_equals_naive_senteval_loop():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((90, 5))
@@ -254,6 +255,7 @@ def test_inner_kfold_equals_naive_senteval_loop():
         assert (got["devacc"], got["acc"]) == _senteval_inner_kfold_naive(X, y, 3, 1111, 1e-10)
 
 
+@pytest.mark.slow
 def test_kfold_then_test_equals_naive_loop():
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
@@ -376,6 +378,7 @@ def test_script_end_to_end_tiny_model(senteval_dir, tmp_path, tiny_bert_dir, cap
           "--task_set", "full", "--kfold", "2", "--n_jobs", "1", "--output_json", str(out), "--quiet"])
     printed = capsys.readouterr().out
     assert "STS12" in printed and "MRPC" in printed and printed.count("Avg.") == 2
+    assert printed.splitlines()[0] == "pooler: the model folder records none; using avg (--pooler)"
     saved = json.loads(out.read_text())
     assert saved["pooler"] == "avg" and set(saved["results"]) == set(TASKS)
     assert set(saved["tables"]) == {"sts", "transfer"}
@@ -392,6 +395,38 @@ def test_script_names_what_an_mlp_only_train_model_encodes_with(senteval_dir, tm
     assert "pooler cls (mlp_only_train: encodes as cls_before_pooler)" in capsys.readouterr().out
     saved = json.loads(out.read_text())
     assert (saved["pooler"], saved["encoding_pooler"]) == ("cls", "cls_before_pooler")
+    # the reference's habit, --pooler cls_before_pooler, names what this folder encodes with: accepted
+    _script_main()(["--model_name_or_path", str(tmp_path / "m"), "--data_dir", str(senteval_dir), "--tasks", "STS12",
+                    "--pooler", "cls_before_pooler", "--quiet"])
+    cfg = tmp_path / "m" / "simcse_config.json"
+    assert (f"pooler: the model folder records cls ({cfg}); using cls (mlp_only_train: encodes as cls_before_pooler)"
+            in capsys.readouterr().out.splitlines())
+
+
+def test_script_refuses_a_pooler_the_folder_does_not_record_as_the_tool_does(senteval_dir, tmp_path, tiny_bert_dir,
+                                                                              capsys):
+    """One rule for the evaluator and SimCSE(folder, pooler=...): a folder that records avg is evaluated with avg
+    (one line names both), and --pooler cls_before_pooler is an error with the tool's explanation."""
+    from simcse.models.modeling import SimCSEModel
+    from simcse.retrieval.tool import SimCSE
+
+    folder = tmp_path / "m"
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").save_pretrained(folder)
+    argv = ["--model_name_or_path", str(folder), "--data_dir", str(senteval_dir), "--tasks", "STS12", "--quiet"]
+    with pytest.raises(SystemExit) as e:
+        _script_main()(argv + ["--pooler", "cls_before_pooler"])
+    msg = e.value.code
+    assert isinstance(msg, str) and "\n" not in msg
+    assert msg.startswith(f"error: --pooler cls_before_pooler differs from the pooler {str(folder)!r} records ('avg', in "
+                          f"{folder / 'simcse_config.json'}); drop --pooler to use it"), msg
+    with pytest.raises(ValueError) as tool_error:
+        SimCSE(str(folder), pooler="cls_before_pooler", device="cpu")
+    assert str(tool_error.value).split(" differs ")[1].split(";")[0] == msg.split(" differs ")[1].split(";")[0]
+    capsys.readouterr()
+    for extra in ([], ["--pooler", "avg"]):
+        _script_main()(argv + extra)
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("pooler:")]
+        assert lines == [f"pooler: the model folder records avg ({folder / 'simcse_config.json'}); using avg"], extra
 
 
 # ----------------------------------------------------------------------------------------- real data
@@ -412,6 +447,7 @@ def minilm():
     }
 
 
+@pytest.mark.slow
 def test_real_minilm_stsb_matches_independent_computation(minilm):
     import torch
 
@@ -436,3 +472,11 @@ def test_real_minilm_stsb_matches_independent_computation(minilm):
     assert len(rows) == 1379 == res["STSBenchmark"]["test"]["nsamples"]
     assert res["STSBenchmark"]["test"]["spearman"][0] == pytest.approx(expected_rho, abs=1e-4)
     assert res["STSBenchmark"]["dev"]["spearman"][0] > 0.8
+
+
+def test_script_help_says_each_default_once_and_never_none(capsys):
+    with pytest.raises(SystemExit):
+        _script_main()(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: None)" not in text
+    assert text.count("(default: cuda if available, else cpu)") == 1 and "(default: 64)" in text

@@ -64,6 +64,7 @@ def test_data_scripts_wrap_the_module_without_the_package_dependencies(tmp_path,
     assert (tmp_path / "n.csv").resolve() == mirror / "nli_for_simcse.csv"
 
 
+@pytest.mark.slow
 def test_python_dash_m_simcse_runs_download_help():
     r = subprocess.run([sys.executable, "-m", "simcse", "download", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "wiki" in r.stdout and "senteval" in r.stdout

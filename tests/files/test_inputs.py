@@ -55,6 +55,7 @@ def test_tool_build_index_row_i_is_line_i(five_lines, tiny_bert_dir):
     assert len(t.sentences) == 10
 
 
+@pytest.mark.slow
 def test_cli_encode_row_i_is_line_i(five_lines, tmp_path, tiny_bert_dir):
     out = tmp_path / "e.npy"
     assert cli.main(["encode", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(five_lines),

@@ -115,6 +115,7 @@ def test_evaluate_update_card(tmp_path, tiny_bert_dir, real_data):
         ev.main(["--model_name_or_path", str(tiny_bert_dir), "--tasks", "STSBenchmark", "--update_card"])
 
 
+@pytest.mark.slow
 def test_card_at_end_of_training(tmp_path, tiny_bert_dir, train_txt, real_data):
     out = tmp_path / "out"
     run_training([

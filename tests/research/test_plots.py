@@ -21,6 +21,7 @@ def _is_png(path):
 
 
 # -------------------------------------------------------------------------------------------- plots
+@pytest.mark.slow
 def test_plots_write_png(tmp_path):
     rng = np.random.default_rng(8)
     out = P.plot_align_uniform(["a", "b", "c"], [0.2, 0.3, 0.25], [-2.1, -1.5, -2.5], tmp_path / "f3.png", sts=[70, 60, 75])
@@ -50,6 +51,7 @@ def test_plot_errors(tmp_path):
     assert not list(tmp_path.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_plots_module_imports_no_matplotlib():
     import subprocess
     import sys
@@ -64,6 +66,7 @@ def _script():
     return load_script("plot_figures")
 
 
+@pytest.mark.slow
 def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):
     script = _script()
     data_dir = write_fake_stsb(tmp_path / "downstream")

@@ -40,6 +40,7 @@ def test_tokenizer_is_wordpiece_trained_on_the_text(corpus, tmp_path):
     assert 50 < len(tok) <= 120
 
 
+@pytest.mark.slow
 def test_pretrain_learns_is_deterministic_and_loads_as_encoder(corpus, tmp_path):
     from transformers import AutoModel
 
@@ -64,6 +65,7 @@ def test_pretrain_learns_is_deterministic_and_loads_as_encoder(corpus, tmp_path)
     assert emb.shape == (1, 32)
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_continues_from_the_last_checkpoint(corpus, tmp_path):
     out = tmp_path / "crashed"
     pretrain(_args(corpus, out))

@@ -59,6 +59,7 @@ def tiny_run(tmp_path_factory):
     return argv, out, reproduce.main(argv)
 
 
+@pytest.mark.slow
 def test_tiny_reproduction_writes_every_part(tiny_run):
     _, out, results = tiny_run
     assert set(results) == {"raw", "table3", "sup", "spectrum"}
@@ -84,6 +85,7 @@ def test_tiny_reproduction_writes_every_part(tiny_run):
     assert "| raw, avg_first_last |" in summary and summary.count("| 76.25 |") == 1
 
 
+@pytest.mark.slow
 def test_rerun_reads_finished_parts_back(tiny_run):
     argv, out, results = tiny_run
     stamp = (out / "raw.json").stat().st_mtime_ns
@@ -118,6 +120,7 @@ def test_bf16_reaches_every_training_run(monkeypatch, tmp_path):
     assert "--bf16" not in seen["table3"]
 
 
+@pytest.mark.slow
 def test_tiny_script_runs_end_to_end(tmp_path):
     """``TINY=1 bash scripts/reproduce_raw.sh``: pretraining then every part, bf16 on the CPU, as documented."""
     import os

@@ -72,6 +72,7 @@ def test_one_process_writes_all_shards_in_line_order(uninterrupted, tiny_bert_di
     np.testing.assert_array_equal(shards.rows([599, 0, 26]), emb[[599, 0, 26]])
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted_run(tiny_bert_dir, corpus, uninterrupted, tmp_path):
     out = tmp_path / "emb"
     proc = subprocess.Popen([sys.executable, *_encode_cmd(tiny_bert_dir, corpus, out)], env=_env(),
@@ -92,6 +93,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny_bert_dir, corpus, un
     assert not list(out.glob(".*tmp*")), "temporary files left behind"
 
 
+@pytest.mark.slow
 def test_torchrun_two_cpu_processes_equal_one_process(tiny_bert_dir, corpus, uninterrupted, tmp_path):
     out = tmp_path / "emb"
     r = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

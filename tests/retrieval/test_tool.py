@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from hypothesis import HealthCheck, given, settings
 from hypothesis.extra.numpy import arrays
 
-from conftest import ANY_TEXT, FAST, LONG, ONE, SENTENCES, WORDS, WORDY, make_tiny_model, usable, with_duplicates
+from conftest import (ANY_TEXT, FAST, LONG, ONE, SENTENCES, WORDS, WORDY, logs_warning, make_tiny_model, usable,
+                      with_duplicates)
 from simcse.retrieval.index import faiss_available
 from simcse.models.modeling import SimCSEModel
 from simcse.retrieval.tool import SimCSE
@@ -130,22 +131,20 @@ def test_bad_sizes(tool):
 def test_long_inputs_truncated_with_one_warning(tool):
     words = " ".join(WORDS)  # every word is one token of the tiny vocabulary
     long1, long2 = words, " ".join(reversed(WORDS))
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
+    with logs_warning("truncated") as rec:
         got = tool.encode([long1, "a dog .", long2], max_length=10, return_numpy=True)
-    msgs = [str(w.message) for w in rec if "truncated" in str(w.message)]
+    msgs = [r.getMessage() for r in rec if "truncated" in r.getMessage()]
     assert len(msgs) == 1 and msgs[0].startswith("2 of 3 sentences")
     # truncation keeps [CLS] + the first 8 words + [SEP]
     np.testing.assert_allclose(got[0], tool.encode(" ".join(WORDS[:8]), return_numpy=True), rtol=1e-5, atol=1e-6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.raises(AssertionError, match="no warning"), logs_warning("truncated"):
         tool.encode(["a dog ."] * 3, max_length=5)  # exactly max_length tokens: no warning
 
 
 def test_max_length_capped_at_model_positions(tool):
     # the tiny BERT has 64 positions; the default max_length (128) must not index past them
     very_long = " ".join(WORDS * 3)  # ~180 tokens
-    with pytest.warns(UserWarning, match="truncated"):
+    with logs_warning("truncated"):
         e = tool.encode(very_long, return_numpy=True)
     assert np.isfinite(e).all()
 
@@ -300,6 +299,7 @@ _pieces = st.one_of(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(_pieces, min_size=0, max_size=6), top_k=st.integers(1, 15),
        threshold=st.floats(-1.0, 1.0))
+@pytest.mark.slow
 def test_property_random_text_never_crashes(indexed, batch, top_k, threshold):
     blank = [i for i, s in enumerate(batch) if not s.strip()]
     with warnings.catch_warnings():
@@ -401,3 +401,27 @@ def test_search_keeps_query_order(tool_with_duplicate, queries, top_k, threshold
         scores = [s for _, s in res]
         assert scores == sorted(scores, reverse=True) and all(threshold <= s <= 1 + 1e-5 for s in scores)
         assert all(sent in tool_with_duplicate.sentences for sent, _ in res)
+
+
+@pytest.mark.slow
+def test_one_liner_prints_only_what_concerns_the_user(tmp_path, tiny_bert_dir):
+    """A fresh interpreter that loads a saved folder with SimCSE, reloads its weights and encodes a sentence
+    over max_length prints one stderr line, the truncation: no weight-loading progress bar, no deprecation
+    warning from this package's own calls, no source line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    saved = tmp_path / "m"
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").save_pretrained(saved)
+    code = (f"from simcse import SimCSE; m = SimCSE({str(saved)!r}, device='cpu'); m.model.load_weights({str(saved)!r}); "
+            "print(tuple(m.encode(' '.join(['a dog'] * 40), max_length=16).shape))")
+    repo = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"({H},)"
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines == ["1 of 1 sentences are longer than max_length=16 tokens and were truncated"], r.stderr

@@ -122,6 +122,20 @@ def test_saved_folder_pooler_conflict_is_an_error(tmp_path, tiny_bert_dir):
         SimCSE(str(tmp_path / "m"), device="cpu", pooler="cls_before_pooler")
 
 
+def test_cls_before_pooler_is_accepted_for_a_cls_model_trained_with_mlp_only_train(tmp_path, tiny_bert_dir):
+    """Such a folder records cls but encodes with cls_before_pooler, so asking for that is no conflict."""
+    from simcse import SimCSEModel
+
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="cls", mlp_only_train=True).save_pretrained(tmp_path / "m")
+    recorded = SimCSE(str(tmp_path / "m"), device="cpu")
+    asked = SimCSE(str(tmp_path / "m"), device="cpu", pooler="cls_before_pooler")
+    assert asked.model.inference_pooler == recorded.model.inference_pooler == "cls_before_pooler"
+    np.testing.assert_array_equal(asked.encode(SENTENCES[:3], return_numpy=True),
+                                  recorded.encode(SENTENCES[:3], return_numpy=True))
+    with pytest.raises(ValueError, match=r"pooler='avg' differs from the pooler .* records \('cls'"):
+        SimCSE(str(tmp_path / "m"), device="cpu", pooler="avg")
+
+
 # ------------------------------------------------------------------------------------- table / JSON inputs
 def test_csv_tsv_jsonl_inputs_read_as_what_they_are(tmp_path, tool, tiny_bert_dir):
     sents = SENTENCES[:4]

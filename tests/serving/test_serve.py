@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,8 +24,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from simcse import SimCSE  # noqa: E402
 from simcse.cli import main as cli_main  # noqa: E402
-from simcse.serving.serve import running_server  # noqa: E402
-from simcse.serving.service import MAX_BODY_BYTES, SearchService  # noqa: E402
+from simcse.serving.serve import running_server, start_indexing  # noqa: E402
+from simcse.serving.service import MAX_BODY_BYTES, SearchService, StartingService  # noqa: E402
 from simcse.serving.webapp import create_app  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -255,6 +256,78 @@ def test_malformed_http_and_stalled_clients_do_not_stop_the_server(server):
             s.close()
 
 
+# ------------------------------------------------------------------------------- start-up: serve first
+def _until(check, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return value
+
+
+def test_page_answers_at_once_and_searches_get_503_until_the_index_is_built(tiny_bert_dir):
+    """While the background thread indexes (held after its first chunk here), the page and /api/info answer,
+    /api/health and every search say how far indexing is with 503; then the same requests give the results of
+    the finished index."""
+    corpus = SENTENCES + random_sentences(30, seed=4)
+    gate = threading.Event()
+
+    def held_corpus():  # the first 10 sentences, then a wait for the test
+        yield from corpus[:10]
+        gate.wait(60)
+        yield from corpus[10:]
+
+    tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+    starting = StartingService(tool, len(corpus), source="held corpus")
+    with TestClient(create_app(starting)) as c:
+        thread = start_indexing(starting, held_corpus(), chunk_size=10)
+        _until(lambda: c.get("/api/health").json().get("indexed") == 10)
+        health = c.get("/api/health")
+        n = len(corpus)
+        assert health.status_code == 503
+        assert health.json() == {"status": "indexing", "indexed": 10, "total": n,
+                                 "message": f"indexing 10 / {n} sentences"}
+        assert c.get("/").status_code == 200 and "<h1>" in c.get("/").text
+        info = c.get("/api/info").json()
+        assert (info["status"], info["size"], info["total"], info["pooler"]) == ("indexing", 10, n, "avg")
+        for method, path, kwargs in [("get", "/api/search", {"params": {"query": "a dog"}}),
+                                     ("post", "/api/search/batch", {"json": {"queries": ["a dog"]}}),
+                                     ("get", "/api/similarity", {"params": {"sentence1": "a", "sentence2": "b"}}),
+                                     ("post", "/api/encode", {"json": {"sentences": ["a dog"]}})]:
+            r = getattr(c, method)(path, **kwargs)
+            assert r.status_code == 503 and r.headers["retry-after"] == "5", path
+            assert r.json() == {"error": f"the index is not ready yet (indexing 10 / {n} sentences); searches are "
+                                         "answered when it is done (GET /api/health says when)"}, path
+        gate.set()
+        thread.join(60)
+        assert c.get("/api/health").status_code == 200 and c.get("/api/health").json() == {"status": "ok"}
+        info = c.get("/api/info").json()
+        assert (info["status"], info["size"], info["backend"]) == ("ok", n, tool.index.kind)
+        body = c.get("/api/search", params={"query": corpus[12], "top_k": 3, "threshold": -1}).json()
+        reference = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+        reference.build_index(corpus, use_faiss=tool.index.kind != "numpy")
+        _same_hits(body["results"], reference.search(corpus[12], top_k=3, threshold=-1))
+
+
+def test_indexing_that_fails_is_reported_by_health_and_searches(tiny_bert_dir, capsys):
+    def bad_corpus():
+        yield "a man plays ."
+        raise ValueError("corpus.txt:2: not UTF-8")
+
+    tool = SimCSE(str(tiny_bert_dir), pooler="avg", device="cpu")
+    starting = StartingService(tool, 2, source="corpus.txt")
+    stopped = threading.Event()
+    start_indexing(starting, bad_corpus(), chunk_size=1, on_failure=stopped.set).join(60)
+    assert stopped.is_set()
+    assert "error: indexing corpus.txt failed: corpus.txt:2: not UTF-8" in capsys.readouterr().err
+    with TestClient(create_app(starting)) as c:
+        assert c.get("/api/health").status_code == 503
+        assert c.get("/api/health").json() == {"status": "failed", "error": "corpus.txt:2: not UTF-8"}
+        r = c.get("/api/search", params={"query": "a dog"})
+        assert r.status_code == 503 and r.json() == {
+            "error": "the index could not be built (corpus.txt:2: not UTF-8); this server cannot search"}
+
+
 # ------------------------------------------------------------------------------------------ command
 def _free_port() -> int:
     with socket.socket() as s:
@@ -304,6 +377,7 @@ def stop_serve(proc: subprocess.Popen) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_python_m_simcse_serve_indexes_a_file_and_serves_it(tiny_bert_dir, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n\n", encoding="utf-8")
@@ -319,6 +393,7 @@ def test_python_m_simcse_serve_indexes_a_file_and_serves_it(tiny_bert_dir, tmp_p
     assert f"indexed {len(SENTENCES)} sentences" in err and "indexing" in err  # progress was shown
 
 
+@pytest.mark.slow
 def test_serve_loads_an_index_folder_written_by_simcse_index(tiny_bert_dir, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
@@ -356,6 +431,7 @@ def test_serve_index_and_input_together_is_a_usage_error(capsys):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_serve_without_arguments_serves_minilm_over_the_wiki_file(minilm_dir):
     from simcse.serving.serve import default_corpus
 

@@ -131,6 +131,7 @@ def _by_sentence(batches):
     return out
 
 
+@pytest.mark.slow
 def test_draws_are_new_each_epoch_and_independent_of_workers(tmp_path, tiny_bert_dir, corpus):
     base, _ = _draws(tiny_bert_dir, corpus, tmp_path / "w0", "--save_strategy", "no")
     per_sentence = _by_sentence(base)
@@ -144,6 +145,7 @@ def test_draws_are_new_each_epoch_and_independent_of_workers(tmp_path, tiny_bert
         assert other == base, f"{workers} worker(s), persistent={persistent}: different batches or draws"
 
 
+@pytest.mark.slow
 def test_resume_inside_epoch_two_repeats_the_draws(tmp_path, tiny_bert_dir, corpus):
     extra = ("--save_strategy", "steps", "--save_steps", "6", "--dataloader_num_workers", "1")
     full, _ = _draws(tiny_bert_dir, corpus, tmp_path / "full", *extra)

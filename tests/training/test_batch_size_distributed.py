@@ -7,6 +7,7 @@ import os
 import socket
 import time
 
+import pytest
 import torch
 
 from conftest import make_tiny_model, random_sentences
@@ -54,6 +55,7 @@ def _worker(rank: int, port: int, base: str) -> None:
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_train_the_same_global_batch_as_one(tmp_path, monkeypatch):
     import torch.multiprocessing as mp
 

@@ -66,6 +66,7 @@ def test_reference_unsup_command_line_parses_with_the_reference_meaning(tmp_path
     assert m.hard_negative_weight == 0.0 and m.hard_negative_alpha == 1.0  # the reference's default
 
 
+@pytest.mark.slow
 def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
     """--evaluation_strategy steps evaluates during training; --do_eval adds the transfer tasks at the end."""
     from conftest import random_sentences
@@ -88,6 +89,7 @@ def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
     assert final["final_avg_transfer"] == pytest.approx(sum(final[f"final_{t}"] for t in tasks) / 7)
 
 
+@pytest.mark.slow
 def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt):
     argv = _base(tiny_bert_dir, train_txt, tmp_path / "o") + [
         "--per_device_train_batch_size", "8", "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps", "1",

@@ -187,6 +187,7 @@ def _close(a, b):
 
 
 @pytest.mark.parametrize("name", [c for c in CONFIGS if CONFIGS[c][3] == "ours"])
+@pytest.mark.slow
 def test_two_processes_equal_one_process(ddp_results, name):
     ranks, single = ddp_results
     ref = single[name]
@@ -201,6 +202,7 @@ def test_two_processes_equal_one_process(ddp_results, name):
             torch.testing.assert_close(ranks[r][name]["grads"][k], g, rtol=1e-4, atol=_atol(g), msg=lambda m: f"rank {r} {k}: {m}")
 
 
+@pytest.mark.slow
 def test_reference_gather_does_not_match(ddp_results):
     """Control: dropping the cross-rank gradient of the gathered keys (the original code) changes the gradients
     (the loss is the same), so the equality above is a real check of the gather's backward."""

@@ -189,6 +189,7 @@ def test_chunk_size_argument_checked():
     assert ModelArguments(model_name_or_path="x", gradient_cache_chunk_size=4).gradient_cache_chunk_size == 4
 
 
+@pytest.mark.slow
 def test_training_with_gradient_cache_lowers_loss(tmp_path, tiny_bert_dir, train_txt):
     """End to end through scripts/train.py's main: --gradient_cache_chunk_size trains."""
     argv = ["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt), "--output_dir", str(tmp_path / "o"),

@@ -57,6 +57,7 @@ def _state(folder):
 
 
 @pytest.mark.parametrize("option", sorted(OPTIONS))
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(files, tmp_path, option):
     full = run_training(_argv(files, tmp_path / "full", OPTIONS[option]))
     resumed = run_training(_argv(files, tmp_path / "resumed", OPTIONS[option])

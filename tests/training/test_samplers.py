@@ -45,6 +45,7 @@ def test_inseparable_repeats_keep_batches_full():
         NoDuplicatesSampler(rows, batch_size=0)
 
 
+@pytest.mark.slow
 def test_training_with_no_duplicates_sampler_and_the_warning_without(tmp_path, tiny_bert_dir, caplog):
     import logging
 

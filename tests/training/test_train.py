@@ -22,6 +22,7 @@ def _args(model_dir, train_file, out, *extra):
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])
+@pytest.mark.slow
 def test_short_training_lowers_loss(tmp_path, request, arch, train_txt):
     folder = request.getfixturevalue(f"tiny_{arch}_dir")
     out = tmp_path / "out"
@@ -106,6 +107,7 @@ def _train_losses(tmp_path, folder, train_txt, *extra):
     return logged_losses(trainer), trainer
 
 
+@pytest.mark.slow
 def test_training_with_and_without_padding_free_is_the_same(tmp_path, tiny_bert_dir, train_txt):
     """With dropout 0 (nothing random in the step) the two forwards train identically, up to float rounding."""
     free, t_free = _train_losses(tmp_path / "a", tiny_bert_dir, train_txt)

@@ -1,9 +1,12 @@
 """simcse.training.train: the final model's evaluation is logged under its own keys, never as a second value at a step."""
 from collections import defaultdict
 
+import pytest
+
 from conftest import run_training
 
 
+@pytest.mark.slow
 def test_final_evaluation_has_its_own_keys(tmp_path, tiny_bert_dir, train_txt, capsys):
     argv = ["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt), "--output_dir", str(tmp_path / "o"),
             "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--max_steps", "4", "--eval_strategy", "steps",

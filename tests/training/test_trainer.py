@@ -97,6 +97,7 @@ def hidden_entries(folder) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- 1. resume after kill
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted_run(setup, tmp_path):
     """Kill ``scripts/train.py`` with SIGKILL once checkpoint-5 exists, resume, compare with a run never killed.
 
@@ -180,6 +181,7 @@ def reference_run(setup, tmp_path_factory):
 
 
 @pytest.mark.parametrize("failing", ["model weights", "optimizer state"])
+@pytest.mark.slow
 def test_exception_mid_checkpoint_keeps_previous_checkpoint(setup, tmp_path, monkeypatch, reference_run, failing):
     import transformers.modeling_utils as mu
 
@@ -229,6 +231,41 @@ def test_resume_from_a_folder_that_is_not_a_checkpoint(setup, tmp_path):
     trainer = build_trainer(setup, out, "--max_steps", "2", "--save_strategy", "no", "--eval_strategy", "no")
     with pytest.raises(ValueError, match="trainer_state.json is missing"):
         trainer.train(resume_from_checkpoint=str(setup["model"]))
+
+
+@pytest.mark.slow
+def test_loading_an_unfinished_run_names_the_newest_checkpoint_and_the_resume_line(setup, tmp_path):
+    """A run that stops (here: an error at step 3) after saving checkpoint-1 and -2 leaves no final weights:
+    loading its folder fails with one message naming checkpoint-2 and the command that resumes the run; the
+    checkpoint itself loads."""
+    from transformers import TrainerCallback
+
+    from simcse.models.modeling import SimCSEModel
+
+    class PowerCut(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 2:
+                raise RuntimeError("power cut")
+
+    out = tmp_path / "cut"
+    argv = train_argv(setup["model"], setup["train"], out, setup["senteval"], "--max_steps", "4", "--save_steps", "1",
+                      "--eval_strategy", "no")
+    with pytest.raises(RuntimeError, match="power cut"):
+        run_training(argv, on_build=lambda trainer: trainer.add_callback(PowerCut()))
+    assert not (out / "model.safetensors").exists() and (out / "checkpoint-2").is_dir()
+    with pytest.raises(FileNotFoundError) as info:
+        SimCSEModel.from_pretrained(str(out))
+    msg = str(info.value)
+    newest = str(out / "checkpoint-2")
+    assert msg.startswith(f"model folder {str(out)!r} has no weights") and "\n" not in msg
+    assert f"the newest being {newest!r}" in msg
+    line = shlex.join(["python", sys.argv[0], *argv, "--resume_from_checkpoint", newest])
+    assert msg.endswith(f"resume the run with: {line}")
+    assert SimCSEModel.from_pretrained(newest).pooler_type == "avg"
+    (out / "checkpoint-2" / "simcse_train_command.txt").unlink()  # a checkpoint of another tool: the rule in words
+    with pytest.raises(FileNotFoundError, match="resume the run with: the training command that wrote it, with "
+                                                f"--resume_from_checkpoint {newest}$"):
+        SimCSEModel.from_pretrained(str(out))
 
 
 def _fake_save_file_that_dies(real):
@@ -501,6 +538,7 @@ class SignalAt:
 
 
 # ------------------------------------------------------------------------- signal, then resume (subprocess)
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_prints_the_resume_command_and_resume_matches(psetup, tmp_path):
     """SIGTERM mid-run with no periodic checkpoint: the run saves checkpoint-N after its current step, prints one
     resume line and exits 75; running that exact command ends bitwise equal to a run never signalled."""
@@ -526,6 +564,11 @@ def test_sigterm_saves_a_checkpoint_prints_the_resume_command_and_resume_matches
     step = int(checkpoints[0].name.split("-")[1])
     assert 1 <= step < 24 and f"after step {step};" in resume_lines[0]
     assert not (out / "model.safetensors").exists()
+    from simcse.models.modeling import SimCSEModel
+
+    with pytest.raises(FileNotFoundError) as info:  # loading the folder names the same resume line
+        SimCSEModel.from_pretrained(str(out))
+    assert str(info.value).endswith("resume the run with: " + resume_lines[0].split("resume with: ", 1)[1])
 
     resume = shlex.split(resume_lines[0].split("resume with: ", 1)[1])
     assert resume[:2] == ["python", str(REPO / "scripts" / "train.py")]
@@ -549,6 +592,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("kind", list(VARIANTS))
+@pytest.mark.slow
 def test_signal_checkpoint_resumes_bitwise(psetup, tmp_path, kind):
     v = VARIANTS[kind]
     opts = dict(model=psetup[v.get("model", "model")], train=psetup[v.get("train", "train")])
@@ -634,6 +678,7 @@ class Injected(TrainerCallback):  # after checkpoint-2 is written, files may hol
 """)
 
 
+@pytest.mark.slow
 def test_file_size_limit_mid_run_reports_one_line_and_keeps_the_last_checkpoint(psetup, tmp_path):
     """RLIMIT_FSIZE (Python gets EFBIG) makes checkpoint-4 fail: exit 74, one line naming the checkpoint, the folder
     and the space, no half-written file; checkpoint-2 is intact and resumes to the uninterrupted result."""
@@ -747,6 +792,7 @@ class Injected(TrainerCallback):  # only rank 1 is signalled, as step 3 begins
 """)
 
 
+@pytest.mark.slow
 def test_under_torchrun_every_rank_stops_after_the_same_step(psetup, tmp_path):
     """Two CPU processes (gloo): SIGTERM reaches rank 1 only; both stop after step 3, write checkpoint-3 together
     (both ranks' RNG states) and exit 75; rank 0 prints a torchrun resume command."""

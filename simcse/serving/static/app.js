@@ -114,18 +114,44 @@ async function init() {
   });
   try {
     const [info, ex] = await Promise.all([api("/api/info"), api("/api/examples")]);
-    const source = info.source.split(/[\\/]/).pop();
-    $("about").textContent = `Model ${info.model} (pooler ${info.pooler}) · index of `
-      + `${info.size.toLocaleString("en")} sentences of ${source} (${info.backend}, ${info.dim}-d)`;
-    $("about").title = `${info.model_path}\n${info.source}`;
+    showInfo(info);
     $("top-k").value = info.defaults.top_k;
     $("threshold").value = info.defaults.threshold;
     showExamples(ex.examples);
+    if (info.status === "indexing") waitForIndex();
   } catch (err) {
     setStatus($("about"), `Cannot reach the server: ${err.message}`, true);
   }
   document.body.dataset.ready = "1";
   $("query").focus();
+}
+
+function showInfo(info) {
+  const source = info.source.split(/[\\/]/).pop();
+  document.body.dataset.index = info.status;
+  if (info.status === "ok") {
+    setStatus($("about"), `Model ${info.model} (pooler ${info.pooler}) · index of `
+      + `${info.size.toLocaleString("en")} sentences of ${source} (${info.backend}, ${info.dim}-d)`);
+  } else if (info.status === "indexing") {
+    setStatus($("about"), `Model ${info.model} (pooler ${info.pooler}) · indexing `
+      + `${info.size.toLocaleString("en")} / ${info.total.toLocaleString("en")} sentences of ${source}; `
+      + "search works when it is done");
+  } else {
+    setStatus($("about"), `The index of ${source} could not be built; this server cannot search.`, true);
+  }
+  $("about").title = `${info.model_path}\n${info.source}`;
+}
+
+// While the server indexes its corpus (right after start-up), show the progress until searches are answered.
+async function waitForIndex() {
+  for (;;) {
+    await new Promise((done) => setTimeout(done, 1000));
+    try {
+      const info = await api("/api/info");
+      showInfo(info);
+      if (info.status !== "indexing") return;
+    } catch (_) { /* the server is restarting or gone: try again */ }
+  }
 }
 
 init();
