@@ -148,14 +148,20 @@ class TokenizedLines:
 
 
 def build_model(args: PretrainArguments, vocab_size: int, pad_token_id: int):
-    """A randomly initialised ``BertForMaskedLM`` of the size in ``args`` (seeded by ``args.seed``)."""
+    """A randomly initialised ``BertForMaskedLM`` of the size in ``args`` (seeded by ``args.seed``).
+
+    Its position table has exactly ``args.max_seq_length`` rows: every position the pretraining sees is
+    trained and none is left untrained for a later user to read by encoding longer inputs: a longer input is
+    truncated (the saved tokenizer's ``model_max_length``, sentence-transformers' ``max_seq_length``) or
+    refused (a plain HF forward), never embedded with random position vectors.
+    """
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(
         vocab_size=vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads, intermediate_size=args.intermediate_size or 4 * args.hidden_size,
-        max_position_embeddings=max(64, args.max_seq_length), hidden_dropout_prob=args.dropout,
+        max_position_embeddings=args.max_seq_length, hidden_dropout_prob=args.dropout,
         attention_probs_dropout_prob=args.dropout, pad_token_id=pad_token_id)
     torch.manual_seed(args.seed)
     return BertForMaskedLM(config)
