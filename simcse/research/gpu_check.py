@@ -273,7 +273,10 @@ def install(bundle: Path) -> dict:
 
 # ------------------------------------------------------------------------------------------ shared model bits
 def _random_encoder(folder: Path, layers: int, hidden: int, heads: int, seed: int = 0) -> Path:
-    """Save a random ``BertModel`` (vocabulary :data:`WORDS`, 64 positions) and its WordPiece tokenizer."""
+    """Save a random ``BertModel`` (vocabulary :data:`WORDS`, 64 positions) and its WordPiece tokenizer.
+
+    Weights are drawn with std 0.2 (BERT: 0.02) so that sentences get clearly different embeddings and the
+    contrastive loss and its gradients are far from the degenerate all-equal case."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -283,7 +286,7 @@ def _random_encoder(folder: Path, layers: int, hidden: int, heads: int, seed: in
     torch.manual_seed(seed)
     BertModel(BertConfig(vocab_size=len(WORDS) + 6, hidden_size=hidden, num_hidden_layers=layers,
                          num_attention_heads=heads, intermediate_size=4 * hidden,
-                         max_position_embeddings=64)).save_pretrained(folder)
+                         max_position_embeddings=64, initializer_range=0.2)).save_pretrained(folder)
     return folder
 
 
@@ -301,6 +304,21 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+def _worst_grad(got: dict, want: dict, noise: float = 1e-4) -> float:
+    """The largest :func:`_rel` over the gradient tensors of ``want``, leaving out the attention key biases:
+    softmax ignores a shift shared by every key, so their true gradient is 0 and both sides hold rounding
+    noise (checked instead to be below ``noise`` times the largest gradient norm; ``inf`` when not)."""
+    scale = max(float(g.norm()) for g in want.values())
+    worst = 0.0
+    for k, g in want.items():
+        if k.endswith("attention.self.key.bias"):
+            if max(float(g.norm()), float(got[k].norm())) > noise * scale:
+                return float("inf")
+        elif float(g.norm()) > 0:
+            worst = max(worst, _rel(got[k], g))
+    return worst
+
+
 # ------------------------------------------------------------------------------------------ part a
 def part_a(out: Path, device: str, tiny: bool) -> dict:
     """Correctness checks on ``device``; writes ``<out>/part_a.json`` after every check and returns its content."""
@@ -313,9 +331,10 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
     result = {"status": "running", "device": device, "shape": f"{layers} layers, hidden {hidden}", "checks": []}
     path = out / "part_a.json"
 
-    def record(name: str, value: float, tol: float, ok: bool | None = None):
-        ok = bool(value <= tol) if ok is None else ok
-        result["checks"].append({"name": name, "value": value, "tol": tol, "ok": ok and math.isfinite(value)})
+    def record(name: str, value: float, tol: float, also: bool = True):
+        """One check: passes when ``value <= tol`` (finite) and ``also`` holds."""
+        ok = bool(also and math.isfinite(value) and value <= tol)
+        result["checks"].append({"name": name, "value": value, "tol": tol, "ok": ok})
         _write_json(path, result)
 
     texts = _sentences(n)
@@ -334,10 +353,10 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
                 info_nce(z[: n // 2], z[n // 2:], temp=0.05).backward()
                 outs.append(z.detach().float())
                 grads.append({k: p.grad.detach().float() for k, p in model.named_parameters() if p.grad is not None})
-            record(f"padding-free = padded, {pooler}, {precision}, embeddings", _rel(outs[1], outs[0]), tol_out, ok=on)
-            worst = max(_rel(grads[1][k], grads[0][k]) for k in grads[0] if grads[0][k].norm() > 0)
+            record(f"padding-free = padded, {pooler}, {precision}, embeddings", _rel(outs[1], outs[0]), tol_out, also=on)
+            worst = _worst_grad(grads[1], grads[0], noise=tol_grad / 10)
             record(f"padding-free = padded, {pooler}, {precision}, gradients (worst tensor)", worst, tol_grad,
-                   ok=on and grads[0].keys() == grads[1].keys())
+                   also=on and grads[0].keys() == grads[1].keys())
 
     # GradCache (4 chunks) against the plain step, fp32, dropout off
     model = SimCSEModel.from_pretrained(str(folder), pooler_type="cls").to(dev).eval()
@@ -352,8 +371,8 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
     model.zero_grad(set_to_none=True)
     grad_cache_step(split_chunks(batch, n // 4), lambda c: model(**c), loss_fn, lambda s: s.backward())
     cached = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
-    record("GradCache step = plain step, gradients (worst tensor)",
-           max(_rel(cached[k], plain[k]) for k in plain if plain[k].norm() > 0), 1e-4, ok=cached.keys() == plain.keys())
+    record("GradCache step = plain step, gradients (worst tensor)", _worst_grad(cached, plain), 1e-4,
+           also=cached.keys() == plain.keys())
 
     # one bf16 step and one fp16 step with GradScaler, dropout on: finite loss, gradients and weights
     for precision in ("bf16", "fp16"):
@@ -368,7 +387,7 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
         scaler.step(opt)
         scaler.update()
         finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in model.parameters())
-        record(f"{precision} training step finite (loss {float(loss):.4f})", 0.0 if finite else float("inf"), 0.0, ok=finite)
+        record(f"{precision} training step finite (loss {float(loss):.4f})", 0.0 if finite else float("inf"), 0.0, also=finite)
 
     # InfoNCE on the device against CPU (loss and input gradients, with hard negatives)
     g = torch.Generator().manual_seed(0)
