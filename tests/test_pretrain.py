@@ -102,6 +102,7 @@ def test_time_budget_stops_early_and_saves(corpus, tmp_path):
     (dict(max_seq_length=2), "max_seq_length"),
     (dict(mlm_probability=0.0), "mlm_probability"),
     (dict(max_steps=0), "max_steps"),
+    (dict(dataloader_num_workers=-1), "dataloader_num_workers"),
 ])
 def test_bad_arguments_name_the_argument(corpus, tmp_path, kw, match):
     with pytest.raises(ValueError, match=match):

@@ -76,15 +76,15 @@ WORDS = ("the a man woman child dog cat plays runs sits on in with and of guitar
 # part c settings: GPU (BERT-Mini shape, large MLM batch) and tiny (CPU smoke run)
 C_SETTINGS = {
     "gpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, vocab_size=16384, tokenizer_lines=200_000,
-                wiki_lines=0, mlm_batch=1024, mlm_lr=1e-3, probe_steps=30, max_seq_length=32,
-                unsup_batch=64, unsup_lr=5e-5, unsup_steps=2000, unsup_s=50.0,
+                wiki_lines=0, mlm_batch=1024, mlm_lr=1e-3, probe_steps=40, max_seq_length=32,
+                unsup_batch=64, unsup_lr=5e-5, unsup_steps=1000, unsup_s=50.0,
                 sup_batch=128, sup_lr=5e-5, sup_epochs=3, sup_rows=0, sup_s=35.0, eval_reserve_s=45.0,
-                encode_batch=512, sts_lines=0, pretrain_max_s=0.0),
+                encode_batch=512, sts_lines=0, pretrain_max_s=0.0, pretrain_setup_s=15.0, mlm_workers=8),
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=1000, tokenizer_lines=5000,
-                 wiki_lines=5000, mlm_batch=32, mlm_lr=1e-3, probe_steps=3, max_seq_length=32,
+                 wiki_lines=5000, mlm_batch=32, mlm_lr=1e-3, probe_steps=6, max_seq_length=32,
                  unsup_batch=16, unsup_lr=1e-4, unsup_steps=6, unsup_s=8.0,
                  sup_batch=16, sup_lr=1e-4, sup_epochs=1, sup_rows=64, sup_s=8.0, eval_reserve_s=12.0,
-                 encode_batch=128, sts_lines=40, pretrain_max_s=6.0),
+                 encode_batch=128, sts_lines=40, pretrain_max_s=6.0, pretrain_setup_s=2.0, mlm_workers=0),
 }
 
 
@@ -460,6 +460,19 @@ def _train(argv: list[str], seconds: float):
     return trainer.accelerator.unwrap_model(trainer.model).eval(), info
 
 
+def _step_clock(record: list):
+    """A ``TrainerCallback`` appending ``time.perf_counter()`` at every step end (CUDA synchronised)."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            record.append(time.perf_counter())
+
+    return StepClock()
+
+
 def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) -> dict:
     """Pretrain, score the raw read-outs, train unsupervised and supervised SimCSE, score them; rows are
     written to ``<out>/part_c.json`` as they finish."""
@@ -501,23 +514,28 @@ def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) ->
     common_pt = dict(train_file=str(wiki), hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_hidden_layers"],
                      num_attention_heads=cfg["num_attention_heads"], vocab_size=cfg["vocab_size"],
                      tokenizer_lines=cfg["tokenizer_lines"], max_seq_length=cfg["max_seq_length"],
-                     batch_size=cfg["mlm_batch"], learning_rate=cfg["mlm_lr"], bf16=bf16, seed=42)
+                     batch_size=cfg["mlm_batch"], learning_rate=cfg["mlm_lr"], bf16=bf16, seed=42,
+                     dataloader_num_workers=cfg["mlm_workers"])
     # a short probe run trains the WordPiece vocabulary and measures steps/s, so that the real run's linear
     # schedule (warm-up, decay to 0) fits the time left
     t0 = time.time()
+    clock: list[float] = []
     probe = pretrain(PretrainArguments(output_dir=str(work / "probe"), max_steps=cfg["probe_steps"],
-                                       save_steps=cfg["probe_steps"], logging_steps=cfg["probe_steps"], **common_pt))
+                                       max_lines=max(cfg["tokenizer_lines"], cfg["mlm_batch"] * cfg["probe_steps"]),
+                                       save_steps=cfg["probe_steps"], logging_steps=cfg["probe_steps"], **common_pt),
+                     callbacks=[_step_clock(clock)])
     probe_res = _read_json(probe / "train_result.json") or {}
-    steps_per_s = cfg["probe_steps"] / max(1e-3, float(probe_res.get("train_runtime", 1.0)))
+    skip = len(clock) // 3  # steady state: leave out the first steps (CUDA start-up, allocator warm-up)
+    steps_per_s = (len(clock) - 1 - skip) / max(1e-3, clock[-1] - clock[skip])
     result["stages"]["tokenizer_and_probe"] = {"s": round(time.time() - t0, 1), "probe_steps_per_s": round(steps_per_s, 2),
                                                "vocab_size": probe_res.get("vocab_size")}
     save()
 
     reserve = cfg["unsup_s"] + cfg["sup_s"] + cfg["eval_reserve_s"]
-    pretrain_s = max(2.0, deadline - time.time() - reserve)
+    pretrain_s = max(2.0, deadline - time.time() - reserve - cfg["pretrain_setup_s"])
     if cfg["pretrain_max_s"]:
         pretrain_s = min(pretrain_s, cfg["pretrain_max_s"])
-    max_steps = max(cfg["probe_steps"], int(0.9 * steps_per_s * pretrain_s))
+    max_steps = max(cfg["probe_steps"], int(0.95 * steps_per_s * pretrain_s))
     t0 = time.time()
     raw = pretrain(PretrainArguments(output_dir=str(work / "raw"), tokenizer_name_or_path=str(probe),
                                      max_steps=max_steps, save_steps=max_steps, max_minutes=pretrain_s / 60.0,
@@ -554,11 +572,14 @@ def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) ->
               "--eval_before_training", "false", "--test_after_training", "false", "--logging_first_step", "true",
               "--disable_tqdm", "true", "--senteval_dir", str(senteval), "--dataloader_num_workers", "0"]
     common += ["--bf16", "true"] if bf16 else ["--bf16", "false", "--use_cpu", "true"]
-    unsup_argv = common + ["--train_file", str(wiki), "--output_dir", str(work / "unsup"), "--pooler_type", "cls",
+    unsup_file = work / "unsup.txt"  # only the sentences the run reads: the whole file would be read into Arrow
+    with open(wiki, encoding="utf-8") as src, open(unsup_file, "w", encoding="utf-8") as dst:
+        for _, line in zip(range(cfg["unsup_steps"] * cfg["unsup_batch"]), src):
+            dst.write(line)
+    unsup_argv = common + ["--train_file", str(unsup_file), "--output_dir", str(work / "unsup"), "--pooler_type", "cls",
                            "--mlp_only_train", "true", "--per_device_train_batch_size", str(cfg["unsup_batch"]),
                            "--learning_rate", str(cfg["unsup_lr"]), "--max_steps", str(cfg["unsup_steps"]),
-                           "--logging_steps", str(max(1, min(50, cfg["unsup_steps"] // 10))),
-                           "--max_train_samples", str(cfg["unsup_steps"] * cfg["unsup_batch"])]
+                           "--logging_steps", str(max(1, min(50, cfg["unsup_steps"] // 10)))]
     model, info = _train(unsup_argv, cfg["unsup_s"])
     result["stages"]["unsup"] = {**info, "batch": cfg["unsup_batch"], "lr": cfg["unsup_lr"]}
     score("unsup SimCSE", model)
