@@ -387,7 +387,7 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
         scaler.step(opt)
         scaler.update()
         finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in model.parameters())
-        record(f"{precision} training step finite (loss {float(loss):.4f})", 0.0 if finite else float("inf"), 0.0, also=finite)
+        record(f"{precision} training step finite (loss {loss.item():.4f})", 0.0 if finite else float("inf"), 0.0, also=finite)
 
     # InfoNCE on the device against CPU (loss and input gradients, with hard negatives)
     g = torch.Generator().manual_seed(0)
