@@ -58,7 +58,7 @@ PARTS = ("a", "b", "c")
 BUDGET_S = 540.0
 CAPS = {"a": 45.0, "b": 170.0, "c": 300.0}  # + about 25 s of start-up and reporting = the 9-minute budget
 TINY_BUDGET_S = 115.0
-TINY_CAPS = {"a": 20.0, "b": 50.0, "c": 40.0}
+TINY_CAPS = {"a": 15.0, "b": 62.0, "c": 33.0}
 MIN_PART_S = 5.0  # a part with less time than this left is skipped, not started
 DATA_BUDGET_BYTES = 40 * 2**20
 WIKI_LINES = 500_000
