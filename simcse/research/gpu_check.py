@@ -868,7 +868,8 @@ def main(argv: list[str] | None = None) -> int:
         run_check(args)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
-        print(f"gpu_check device=none status=error reason={str(e).split(' ')[0]}")
+        reason = "no_cuda_device" if "no CUDA device" in str(e) else "setup"
+        print(f"gpu_check device=none status=error reason={reason}")
         return 2
     return 0
 
