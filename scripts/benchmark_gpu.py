@@ -39,6 +39,7 @@ from bench_common import int_at_least, int_list_at_least  # noqa: E402
 from benchmark_train import _run_child  # noqa: E402
 
 from simcse.flops import encoder_shape, model_flops  # noqa: E402
+from simcse.storage import write_text_atomic  # noqa: E402
 
 LABEL = {"ours": "simcse padding-free", "padded": "simcse padded", "st": "sentence-transformers"}
 SHAPES = {
@@ -146,10 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _write_json(path: Path, result: dict) -> None:
-    """Rewrite ``path`` with ``result`` (through a temporary file: never half-written)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Rewrite ``path`` with ``result`` (:func:`simcse.storage.write_text_atomic`: never half-written)."""
+    write_text_atomic(path, json.dumps(result, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from ..modeling import SimCSEModel
 from ..pooling import POOLERS
 from ..pretrain import PretrainArguments, pretrain, time_budget_callback
 from ..reproduce import STS_TASKS, sts_scores
+from ..storage import write_text_atomic
 from ..train import build, parse_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,10 +91,8 @@ C_SETTINGS = {
 
 # ------------------------------------------------------------------------------------------ small helpers
 def _write_json(path: Path, data: dict) -> None:
-    """Rewrite ``path`` with ``data`` through a temporary file in the same folder (never half-written)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Rewrite ``path`` with ``data`` (:func:`simcse.storage.write_text_atomic`: never half-written)."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _read_json(path: Path) -> dict | None:
@@ -757,6 +756,8 @@ def run_check(args) -> dict:
     start = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("part_*.json"), *out.glob("part_*.log")]:  # an earlier run's parts must not be read
+        stale.unlink()
     budget = args.budget_s
     report = {"command": args.command_line, "budget_s": budget, "tiny": args.tiny, "caps": args.caps, "parts": {},
               "install": _read_json(Path(args.bundle_dir) / "install.json")}
@@ -767,7 +768,7 @@ def run_check(args) -> dict:
     def flush():
         report["wall_s"] = round(time.time() - start, 1)
         _write_json(out / "gpu_check.json", report)
-        (out / "gpu_check.md").write_text(summary_markdown(report), encoding="utf-8")
+        write_text_atomic(out / "gpu_check.md", summary_markdown(report))
 
     for part in args.parts:
         left = budget - (time.time() - start) - 3.0  # 3 s to write the reports
@@ -807,6 +808,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring); returns the exit status: 0, or 2 for a bad argument or a
+    device that is not there (argparse's usage errors exit with 2 too)."""
     p = _parser()
     args = p.parse_args(argv)
     args.bundle_dir = args.bundle_dir.resolve()
