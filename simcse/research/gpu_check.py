@@ -243,8 +243,8 @@ def download_wheels(bundle: Path, python_version: str = "3.12", specs=BUNDLE_WHE
             raise RuntimeError(f"{whl.name} is not a pure-Python wheel (platform tag {tag!r})")
         rows.append({"file": whl.name, "bytes": whl.stat().st_size, "sha256": _sha256(whl)})
     listing = "".join(f"{r['file']}  {r['bytes']}  sha256:{r['sha256']}\n" for r in rows)
-    (bundle / "wheels.txt").write_text(f"# pip install --no-deps --no-index {folder.name}/*.whl (Python {python_version})\n"
-                                       + listing, encoding="utf-8")
+    write_text_atomic(bundle / "wheels.txt",
+                      f"# pip install --no-deps --no-index {folder.name}/*.whl (Python {python_version})\n" + listing)
     return rows
 
 
