@@ -30,4 +30,7 @@ if [ "${GPU_CHECK_INSTALL:-1}" = 1 ]; then
   # --no-deps: over the machine's own torch/transformers, below setup.py's floors if need be (it says which)
   "$PY" -m simcse.research.gpu_check --install --bundle-dir "$BUNDLE"
 fi
+if [ -d "$BUNDLE/site" ]; then  # the wheels went there (a read-only environment): see simcse.research.gpu_check.install
+  export PYTHONPATH="$BUNDLE/site:$PYTHONPATH"
+fi
 exec "$PY" -m simcse.research.gpu_check "${ARGS[@]}"

@@ -205,3 +205,25 @@ def test_report_of_a_partial_run():
     assert G.last_line(report) == "gpu_check device=NVIDIA_H200 wall_s=12.0 a=ok(1/1) b=not_run c=not_run"
     md = G.summary_markdown(report)
     assert "| x | 1.00e-06 | 1e-04 | yes |" in md and "## c. Unsupervised SimCSE from an encoder pretrained here: not run" in md
+
+
+@pytest.mark.parametrize("target_ok", [True, False])
+def test_install_falls_back_to_a_target_folder(tmp_path, monkeypatch, target_ok):
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"")
+    calls = []
+
+    def fake_run(cmd, **kw):  # the environment refuses the wheels (read-only); --target works or not
+        calls.append(cmd)
+        rc = 1 if len(calls) == 1 or (len(calls) == 2 and not target_ok) else 0
+        return subprocess.CompletedProcess(cmd, rc, "", "ERROR: read-only" if rc else "")
+
+    monkeypatch.setattr(G.subprocess, "run", fake_run)
+    rep = G.install(tmp_path)
+    assert all("--no-deps" in c and "--no-index" in c for c in calls)
+    assert "--target" not in calls[0] and calls[1][calls[1].index("--target") + 1] == str(tmp_path / "site")
+    assert calls[2][-2:] == ["-e", str(G.REPO)] and rep["editable"] is True
+    if target_ok:
+        assert rep["wheels_target"] == str(tmp_path / "site") and "wheels_error" not in rep
+    else:
+        assert "read-only" in rep["wheels_error"] and not (tmp_path / "site").exists()

@@ -252,16 +252,25 @@ def install(bundle: Path) -> dict:
     """Install the bundled wheels and this checkout with ``pip install --no-deps --no-index`` (no network), over
     the environment's own torch/transformers whatever setup.py's floors say; report what is below a floor.
 
-    An editable install of the checkout that fails (for example without setuptools) is reported and the run
-    goes on with the checkout on ``PYTHONPATH`` (scripts/gpu_check.sh sets it)."""
+    Wheels that cannot go into the environment (a read-only one) go to ``<bundle>/site`` instead
+    (``pip install --target``), which scripts/gpu_check.sh then puts on ``PYTHONPATH``. An editable install of
+    the checkout that fails (for example without setuptools) is reported and the run goes on with the
+    checkout on ``PYTHONPATH`` (scripts/gpu_check.sh sets it)."""
     report = {"wheels": [], "editable": None, "below_floors": []}
     wheels = sorted((bundle / "wheels").glob("*.whl"))
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation", "-q"]
+    site = bundle / "site"
+    shutil.rmtree(site, ignore_errors=True)
     if wheels:
-        proc = subprocess.run(pip + [str(w) for w in wheels], capture_output=True, text=True)
         report["wheels"] = [w.name for w in wheels]
+        proc = subprocess.run(pip + [str(w) for w in wheels], capture_output=True, text=True)
         if proc.returncode != 0:
-            report["wheels_error"] = proc.stderr.strip()[-600:]
+            first_error = proc.stderr.strip()[-300:]
+            proc = subprocess.run(pip + ["--target", str(site)] + [str(w) for w in wheels], capture_output=True, text=True)
+            report["wheels_target"] = str(site)
+            if proc.returncode != 0:
+                shutil.rmtree(site, ignore_errors=True)
+                report["wheels_error"] = first_error + " | --target: " + proc.stderr.strip()[-300:]
     proc = subprocess.run(pip + ["-e", str(REPO)], capture_output=True, text=True)
     report["editable"] = proc.returncode == 0
     if proc.returncode != 0:
@@ -846,7 +855,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.install:
         rep = install(args.bundle_dir)
         _write_json(args.bundle_dir / "install.json", rep)
-        print(f"installed with pip --no-deps: {', '.join(rep['wheels']) or 'no bundled wheels'}; this checkout "
+        where = f" into {rep['wheels_target']}" if rep.get("wheels_target") and not rep.get("wheels_error") else ""
+        print(f"installed with pip --no-deps{where}: {', '.join(rep['wheels']) or 'no bundled wheels'}; this checkout "
               f"{'editable' if rep['editable'] else 'NOT installed (used from PYTHONPATH): ' + rep.get('editable_error', '')[-200:]}")
         for line in rep["below_floors"]:
             print(f"below setup.py's floor, installed over it knowingly: {line}")
