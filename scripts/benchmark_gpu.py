@@ -1,4 +1,5 @@
-"""GPU training speed and MFU of our trainer on a randomly initialised BERT-base-shaped encoder.
+"""GPU training speed and MFU on a randomly initialised BERT-base-shaped encoder: ours (padding-free and padded)
+against sentence-transformers, in the same run on the same device.
 
     python scripts/benchmark_gpu.py                                   # on a CUDA machine (timings: docs/performance.md)
     python scripts/benchmark_gpu.py --device cpu --shape tiny --batch-sizes 8 --warmup 1 --steps 1   # smoke test
@@ -6,13 +7,21 @@
 Needs no downloaded weights or data, so it runs on a machine with no network: the encoder is a random
 ``BertModel`` of the chosen shape (``base``: 12 layers, hidden 768, 12 heads, FFN 3072, vocabulary 30522),
 the tokenizer is a WordPiece vocabulary written by the script, and the sentences are synthetic (10 to 40
-words, a fixed seed), unless ``--data`` gives a text file. For every batch size it runs one
-``scripts/benchmark_train.py`` worker (our trainer, unsupervised SimCSE, ``--max-seq-length`` 32, bf16
-by default) and reports sentences/s, seconds per step, peak GPU memory and model FLOPs utilisation against
-the bf16 (or fp32) dense GEMM rate measured on the same device in the same run. The last line is
-machine-readable::
+words, a fixed seed), unless ``--data`` gives a text file. For every batch size and every variant it runs one
+``scripts/benchmark_train.py`` worker (unsupervised SimCSE, mean pooling, temperature 0.05 / scale 20,
+``--max-seq-length`` 32, bf16 by default, the HF Trainer loop on both sides):
 
-    gpu_train device=<name> precision=bf16 batch64_sent_s=... batch64_mfu=... batch512_sent_s=... batch512_mfu=...
+* ``ours``: our trainer with its default padding-free forward;
+* ``padded``: our trainer with ``--padding_free false`` (every padded position computed);
+* ``st``: sentence-transformers' ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss``.
+
+It reports sentences/s, seconds per step, peak GPU memory and model FLOPs utilisation (useful FLOPs of the
+real, non-padded tokens, :func:`simcse.research.flops.model_flops`) against the bf16 (or fp32) dense GEMM rate
+measured on the same device in the same run. ``--json PATH`` rewrites PATH after every row, so a run cut
+short keeps the rows it finished. The last line is machine-readable (``speedup_vs_st`` =
+sentence-transformers' s/step over ours)::
+
+    gpu_train device=<name> precision=bf16 batch64_sent_s=... batch64_mfu=... batch64_padded_sent_s=... batch64_st_sent_s=... batch64_speedup_vs_st=... batch512_...
 """
 from __future__ import annotations
 
@@ -30,11 +39,15 @@ from bench_common import int_at_least, int_list_at_least  # noqa: E402
 from benchmark_train import _run_child  # noqa: E402
 
 from simcse.research.flops import encoder_shape, model_flops  # noqa: E402
+from simcse.files.storage import write_text_atomic  # noqa: E402
 
+LABEL = {"ours": "simcse padding-free", "padded": "simcse padded", "st": "sentence-transformers"}
 SHAPES = {
     "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
     "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128),
 }
+VARIANTS = {"ours": ["--side", "ours"], "padded": ["--side", "ours", "--ours-args", "--padding_free", "false"],
+            "st": ["--side", "st"]}
 WORDS = ("the a man woman child dog cat plays runs sits on in with and of guitar music park street red blue "
          "small big old young house tree water ball food table eats reads writes sings near under over").split()
 
@@ -68,7 +81,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int_at_least(1), default=20)
     p.add_argument("--threads", type=int_at_least(1), default=4, help="torch CPU threads (data side)")
     p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: synthetic sentences)")
+    p.add_argument("--variants", default="ours,padded,st",
+                   help=f"comma-separated, of {','.join(VARIANTS)}: ours padding-free, ours padded, sentence-transformers")
+    p.add_argument("--json", type=Path, default=None, help="write the results here after every row")
     args = p.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not variants or any(v not in VARIANTS for v in variants):
+        p.error(f"--variants: expected a comma-separated subset of {','.join(VARIANTS)}, got {args.variants!r}")
 
     import os
 
@@ -95,21 +114,41 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{datetime.date.today()} device={name} shape={args.shape} ({shape['layers']} layers, hidden "
               f"{shape['hidden']}) precision={args.precision} max_seq_length={args.max_seq_length} "
               f"{args.precision} GEMM ceiling {ceiling / 1e12:.1f} TFLOP/s", flush=True)
-        print("| batch | sentences/s | s/step | peak GPU MiB | real tokens/step | MFU |")
-        print("|---|---|---|---|---|---|")
-        summary = {}
+        print("| batch | side | sentences/s | s/step | peak GPU MiB | real tokens/step | MFU |")
+        print("|---|---|---|---|---|---|---|")
+        summary, rows = {}, {}
+        result = {"device": name, "ceiling": ceiling, "runs": summary, "variants": rows,
+                  "args": json.loads(json.dumps(vars(args), default=str))}
         for batch in args.batch_sizes:
-            d = _run_child(common + ["--side", "ours", "--precision", args.precision, "--batch-size", str(batch)])
-            s_step = d["wall_s"] / d["steps"]
-            flops = model_flops(shape, d["tokens"], d["sum_sq"]) / d["steps"]
-            mfu = flops / s_step / ceiling
-            gpu = f"{d['peak_gpu_mib']:.0f}" if d.get("peak_gpu_mib") is not None else "n/a"
-            summary[batch] = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu}
-            print(f"| {batch} | {batch / s_step:.1f} | {s_step:.4f} | {gpu} | {d['tokens'] / d['steps']:.0f} | "
-                  f"{100 * mfu:.1f}% |", flush=True)
-    fields = " ".join(f"batch{b}_sent_s={v['sent_s']:.1f} batch{b}_mfu={v['mfu']:.3f}" for b, v in summary.items())
-    print(f"gpu_train device={name.replace(' ', '_')} precision={args.precision} {fields}")
-    return {"device": name, "ceiling": ceiling, "runs": summary, "args": json.loads(json.dumps(vars(args), default=str))}
+            for variant in variants:
+                d = _run_child(common + ["--precision", args.precision, "--batch-size", str(batch)] + VARIANTS[variant])
+                s_step = d["wall_s"] / d["steps"]
+                mfu = model_flops(shape, d["tokens"], d["sum_sq"]) / d["steps"] / s_step / ceiling
+                row = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu, "peak_gpu_mib": d.get("peak_gpu_mib"),
+                       "tokens_per_step": d["tokens"] / d["steps"], "padded_tokens_per_step": d["padded_tokens"] / d["steps"],
+                       "attn": d.get("attn"), "padding_free": d.get("padding_free")}
+                rows.setdefault(batch, {})[variant] = row
+                if variant == "ours":
+                    summary[batch] = {k: row[k] for k in ("sent_s", "s_step", "mfu")}
+                gpu = f"{row['peak_gpu_mib']:.0f}" if row["peak_gpu_mib"] is not None else "n/a"
+                print(f"| {batch} | {LABEL[variant]} | {batch / s_step:.1f} | {s_step:.4f} | {gpu} | "
+                      f"{row['tokens_per_step']:.0f} | {100 * mfu:.1f}% |", flush=True)
+                if args.json:
+                    _write_json(args.json, result)
+    fields = []
+    for b, by_variant in rows.items():
+        for variant, v in by_variant.items():
+            key = f"batch{b}" if variant == "ours" else f"batch{b}_{variant}"
+            fields.append(f"{key}_sent_s={v['sent_s']:.1f} {key}_mfu={v['mfu']:.3f}")
+        if "ours" in by_variant and "st" in by_variant:
+            fields.append(f"batch{b}_speedup_vs_st={by_variant['st']['s_step'] / by_variant['ours']['s_step']:.2f}")
+    print(f"gpu_train device={name.replace(' ', '_')} precision={args.precision} {' '.join(fields)}")
+    return result
+
+
+def _write_json(path: Path, result: dict) -> None:
+    """Rewrite ``path`` with ``result`` (:func:`simcse.files.storage.write_text_atomic`: never half-written)."""
+    write_text_atomic(path, json.dumps(result, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ class PretrainArguments:
     bf16: bool = field(default=True, metadata={"help": "bfloat16 autocast (CPU or GPU)"})
     seed: int = field(default=42, metadata={"help": "Seed of weights, data order and masking"})
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads (0 = leave torch's default)"})
+    dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes that mask and "
+                                                                       "collate batches (0 = in the training process)"})
     max_minutes: float = field(default=0.0, metadata={"help": "Stop (and save) after this many minutes of training in "
                                                               "this process, even before max_steps (0 = no limit)"})
 
@@ -88,6 +90,8 @@ class PretrainArguments:
             raise ValueError(f"max_minutes must be >= 0 (0 = no limit), got {self.max_minutes}")
         if self.max_lines < 0 or self.tokenizer_lines < 0:
             raise ValueError("max_lines and tokenizer_lines must be >= 0 (0 = all lines)")
+        if self.dataloader_num_workers < 0:
+            raise ValueError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}")
 
 
 def read_lines(path: str | os.PathLike, limit: int = 0) -> list[str]:
@@ -148,14 +152,20 @@ class TokenizedLines:
 
 
 def build_model(args: PretrainArguments, vocab_size: int, pad_token_id: int):
-    """A randomly initialised ``BertForMaskedLM`` of the size in ``args`` (seeded by ``args.seed``)."""
+    """A randomly initialised ``BertForMaskedLM`` of the size in ``args`` (seeded by ``args.seed``).
+
+    Its position table has exactly ``args.max_seq_length`` rows: every position the pretraining sees is
+    trained and none is left untrained for a later user to read by encoding longer inputs: a longer input is
+    truncated (the saved tokenizer's ``model_max_length``, sentence-transformers' ``max_seq_length``) or
+    refused (a plain HF forward), never embedded with random position vectors.
+    """
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(
         vocab_size=vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads, intermediate_size=args.intermediate_size or 4 * args.hidden_size,
-        max_position_embeddings=max(64, args.max_seq_length), hidden_dropout_prob=args.dropout,
+        max_position_embeddings=args.max_seq_length, hidden_dropout_prob=args.dropout,
         attention_probs_dropout_prob=args.dropout, pad_token_id=pad_token_id)
     torch.manual_seed(args.seed)
     return BertForMaskedLM(config)
@@ -197,8 +207,10 @@ def time_budget_callback(minutes: float):
     return TimeBudget()
 
 
-def pretrain(args: PretrainArguments) -> Path:
+def pretrain(args: PretrainArguments, callbacks: list | None = None) -> Path:
     """Pretrain (or resume) and save the final model + tokenizer in ``args.output_dir``; return that folder.
+
+    ``callbacks``: extra HF ``TrainerCallback`` objects (e.g. a step clock), added after the time budget's.
 
     The tokenizer comes from ``tokenizer_name_or_path`` if given, else from ``output_dir`` if it holds one
     (``tokenizer.json``: a resumed run sees the same ids), else it is trained on the text and saved there.
@@ -233,9 +245,9 @@ def pretrain(args: PretrainArguments) -> Path:
         warmup_steps=int(args.warmup_ratio * args.max_steps), weight_decay=args.weight_decay,
         max_steps=args.max_steps, lr_scheduler_type="linear", save_steps=args.save_steps, save_total_limit=2,
         logging_steps=args.logging_steps, logging_first_step=True, bf16=args.bf16, seed=args.seed,
-        data_seed=args.seed, report_to=[], dataloader_num_workers=0, disable_tqdm=True,
+        data_seed=args.seed, report_to=[], dataloader_num_workers=args.dataloader_num_workers, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available())
-    callbacks = [time_budget_callback(args.max_minutes)] if args.max_minutes else []
+    callbacks = ([time_budget_callback(args.max_minutes)] if args.max_minutes else []) + list(callbacks or [])
     trainer = Trainer(model=model, args=targs, train_dataset=dataset, data_collator=collator, callbacks=callbacks,
                       processing_class=tokenizer)  # checkpoints are complete HF folders
     resume = _last_checkpoint(out)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_sentences
 
-from simcse.research.pretrain import PretrainArguments, pretrain, read_lines, train_tokenizer
+from simcse.research.pretrain import PretrainArguments, build_model, pretrain, read_lines, train_tokenizer
 
 TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, max_seq_length=16,
             batch_size=8, learning_rate=1e-3, warmup_ratio=0.0, logging_steps=2, bf16=False, seed=3)
@@ -65,6 +65,14 @@ def test_pretrain_learns_is_deterministic_and_loads_as_encoder(corpus, tmp_path)
     assert emb.shape == (1, 32)
 
 
+@pytest.mark.parametrize("length", [16, 32, 100])
+def test_position_table_is_the_training_length(corpus, tmp_path, length):
+    # every position row is trained: none left random for a longer input to read (it was max(64, length))
+    model = build_model(_args(corpus, tmp_path / "out", max_seq_length=length), vocab_size=120, pad_token_id=0)
+    assert model.config.max_position_embeddings == length
+    assert model.bert.embeddings.position_embeddings.weight.shape[0] == length
+
+
 @pytest.mark.slow
 def test_resume_after_a_crash_continues_from_the_last_checkpoint(corpus, tmp_path):
     out = tmp_path / "crashed"
@@ -96,6 +104,7 @@ def test_time_budget_stops_early_and_saves(corpus, tmp_path):
     (dict(max_seq_length=2), "max_seq_length"),
     (dict(mlm_probability=0.0), "mlm_probability"),
     (dict(max_steps=0), "max_steps"),
+    (dict(dataloader_num_workers=-1), "dataloader_num_workers"),
 ])
 def test_bad_arguments_name_the_argument(corpus, tmp_path, kw, match):
     with pytest.raises(ValueError, match=match):

@@ -1,0 +1,229 @@
+"""scripts/gpu_check.sh / simcse.research.gpu_check: the CPU smoke run of every part (the GPU check's CI), the
+budget (a part cut at its cap still reports), the data bundle, the version-floor report, and the GPU path
+importing without ``datasets``."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simcse.research import gpu_check as G
+
+REPO = Path(__file__).resolve().parents[2]
+MIRROR = os.environ.get("SIMCSE_DATA_MIRROR")
+needs_mirror = pytest.mark.skipif(not (MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file()),
+                                  reason="needs SIMCSE_DATA_MIRROR (the project's data mirror)")
+
+
+def _env() -> dict:
+    env = {**os.environ, "GPU_CHECK_INSTALL": "0", "TINY": "1", "PYTHON": sys.executable}
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)
+    return env
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    if not (MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file()):
+        pytest.skip("needs SIMCSE_DATA_MIRROR (the project's data mirror)")
+    folder = tmp_path_factory.mktemp("bundle")
+    G.prepare_data(folder, Path(MIRROR), wiki_lines=6000)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(bundle, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    # the default tiny budget (TINY_BUDGET_S) is met on an idle machine; the test allows more, so that a
+    # loaded machine does not cut parts short
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--bundle-dir", str(bundle), "--out", str(out),
+                           "--budget-s", "400", "--caps", "a=100,b=150,c=150"],
+                          capture_output=True, text=True, env=_env(), cwd=REPO, timeout=600)
+    return proc, out
+
+
+def test_tiny_run_passes_every_part_and_reports(tiny_run):
+    proc, out = tiny_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("gpu_check device=cpu ") and " a=ok(" in last and " b=ok " in last and " c=ok " in last, last
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["tiny"] and report["budget_s"] == 400 and report["caps"] == {"a": 100, "b": 150, "c": 150}
+    assert report["wall_s"] < 400 + 10
+    md = (out / "gpu_check.md").read_text()
+    assert "## a. Correctness" in md and "## b. Training speed" in md and "## c. Unsupervised SimCSE" in md
+
+
+def test_tiny_run_part_a_checks(tiny_run):
+    _, out = tiny_run
+    a = json.loads((out / "gpu_check.json").read_text())["parts"]["a"]
+    names = [c["name"] for c in a["checks"]]
+    # every pooler x {fp32, bf16} x {embeddings, gradients}, GradCache, bf16 and fp16 steps, InfoNCE loss/grads
+    assert len(names) == 4 * len(G.POOLERS) + 1 + 2 + 2, names
+    assert all(c["ok"] and c["value"] <= c["tol"] for c in a["checks"]), a["checks"]
+    assert any(n.startswith("fp16 training step finite") for n in names)
+
+
+def test_tiny_run_part_b_has_every_side(tiny_run):
+    _, out = tiny_run
+    bench = json.loads((out / "gpu_check.json").read_text())["parts"]["b"]["bench"]
+    rows = bench["variants"]["4"]
+    assert set(rows) == {"ours", "padded", "st"}
+    assert rows["ours"]["padding_free"] is True and rows["padded"]["padding_free"] is False
+    for r in rows.values():
+        assert r["sent_s"] > 0 and 0 < r["mfu"] < 1
+
+
+def test_tiny_run_part_c_table(tiny_run):
+    _, out = tiny_run
+    c = json.loads((out / "gpu_check.json").read_text())["parts"]["c"]
+    assert list(c["rows"]) == ["raw, avg", "raw, avg_first_last", "raw, cls_before_pooler", "unsup SimCSE", "sup SimCSE"]
+    for label, row in c["rows"].items():
+        values = [row[t] for t in G.STS_TASKS]
+        assert all(math.isfinite(v) and -100 <= v <= 100 for v in values), (label, row)
+        assert row["Avg."] == pytest.approx(sum(values) / len(values), abs=0.01)
+    pt = c["stages"]["pretrain"]
+    assert pt["max_position_embeddings"] == G.C_SETTINGS["tiny"]["max_seq_length"]  # position table = training length
+    assert pt["steps"] >= G.C_SETTINGS["tiny"]["probe_steps"] and pt["tokens_seen"] > 0
+    assert c["stages"]["unsup"]["steps"] == G.C_SETTINGS["tiny"]["unsup_steps"]
+    assert c["claim"]["unsup_beats_raw"] == (c["rows"]["unsup SimCSE"]["Avg."] > max(
+        c["rows"][f"raw, {p}"]["Avg."] for p in G.RAW_POOLERS))
+
+
+@needs_mirror
+def test_budget_cuts_a_part_and_skips_the_rest(bundle, tmp_path):
+    # part c capped at 6 s (it needs several times that), then no budget left for part a; the report and the
+    # last line still come, with what c finished
+    proc = subprocess.run([sys.executable, "-m", "simcse.research.gpu_check", "--device", "cpu", "--tiny", "--parts",
+                           "c,a", "--caps", "c=6", "--budget-s", "9.5", "--bundle-dir", str(bundle), "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    c = report["parts"]["c"]
+    assert c["status"].startswith("timeout") and c["wall_s"] < 9 and "b" not in report["parts"]
+    assert c["status"] == "timeout" or "data" in c["stages"]  # partial: the stages it finished
+    assert report["parts"]["a"]["status"].startswith("skipped (budget")
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("gpu_check device=cpu") and " a=skipped" in last and " c=timeout" in last
+    assert all("=" in field for field in last.split()[1:])  # space-separated key=value fields
+    assert report["wall_s"] < 12
+
+
+def test_gpu_path_imports_and_runs_part_a_without_datasets(tmp_path):
+    code = ("import sys; sys.modules['datasets'] = None\n"
+            "from simcse.research.gpu_check import part_a\n"
+            f"r = part_a(__import__('pathlib').Path({str(tmp_path)!r}), 'cpu', tiny=True)\n"
+            "assert r['status'] == 'ok', r\nprint('ok', len(r['checks']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr[-2000:]
+
+
+def test_cuda_asked_on_a_machine_without_one(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert G.main(["--device", "cuda", "--parts", "a", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "sees no CUDA device" in captured.err and "--device cpu --tiny" in captured.err
+    assert captured.out.strip().splitlines()[-1].startswith("gpu_check device=none status=error")
+
+
+@needs_mirror
+def test_prepare_writes_the_bundle_with_a_manifest(bundle):
+    data = bundle / "data"
+    manifest = json.loads((data / "MANIFEST.json").read_text())
+    assert manifest["wiki_lines"] == 6000 and manifest["bytes"] < G.DATA_BUDGET_BYTES
+    import gzip
+
+    with gzip.open(data / "wiki.txt.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    with open(Path(MIRROR) / "wiki1m_for_simcse.txt", encoding="utf-8") as f:
+        first = [next(f).rstrip("\n") for _ in range(3)]
+    assert len(lines) == 6000 and lines[:3] == first
+    assert (data / "senteval" / "STS" / "STSBenchmark" / "sts-test.csv").is_file()
+    assert (data / "senteval" / "SICK" / "SICK_test_annotated.txt").is_file()
+    assert manifest["files"]["nli_for_simcse.csv"]["sha256"] == G._sha256(Path(MIRROR) / "nli_for_simcse.csv")
+
+
+def test_prepare_errors(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="wiki1m_for_simcse.txt"):
+        G.prepare_data(tmp_path / "b", tmp_path, wiki_lines=10)
+    with pytest.raises(ValueError, match="wiki_lines must be >= 1"):
+        G.prepare_data(tmp_path / "b", tmp_path, wiki_lines=0)
+    if MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file():
+        monkeypatch.setattr(G, "DATA_BUDGET_BYTES", 1000)
+        with pytest.raises(ValueError, match="over the 0 MiB budget: lower --wiki-lines"):
+            G.prepare_data(tmp_path / "b", Path(MIRROR), wiki_lines=10)
+        assert not (tmp_path / "b" / "data").exists()  # nothing half-made left in place
+
+
+def test_part_c_without_a_bundle_says_prepare(tmp_path):
+    with pytest.raises(FileNotFoundError, match="gpu_check.sh --prepare"):
+        G.part_c(tmp_path, "cpu", True, deadline=0.0, bundle=tmp_path / "none")
+
+
+def test_floors_report_what_is_installed_below_them():
+    floors = {"torch": "2.13.0", "transformers": "5.24.0", "numpy": "2.4.6"}
+    installed = {"torch": "2.11.0+cu130", "transformers": "5.17.0", "numpy": "2.5.2", "scipy": "1.0"}
+    assert G.below_floors(installed, floors) == ["torch 2.11.0+cu130 < 2.13.0", "transformers 5.17.0 < 5.24.0"]
+    assert G.below_floors({"torch": None}, floors) == []
+
+
+def test_version_floors_read_setup_py(tmp_path):
+    setup = tmp_path / "setup.py"
+    setup.write_text('setup(install_requires=[\n  "torch>=2.13.0",\n  "transformers>=5.24.0,<6",\n  "tqdm"],\n'
+                     '  extras_require={"dev": ["pytest>=7"]})\n')
+    assert G.version_floors(setup) == {"torch": "2.13.0", "transformers": "5.24.0"}
+    assert G.version_floors(tmp_path / "missing.py") == {}
+
+
+@pytest.mark.parametrize("text, match", [("d=3", "PART=SECONDS"), ("a3", "PART=SECONDS"), ("a=x", "not a number"),
+                                         ("b=0", "must be > 0")])
+def test_caps_errors(text, match):
+    with pytest.raises(ValueError, match=match):
+        G.parse_caps(text, G.CAPS)
+
+
+def test_default_budgets_fit_the_promises():
+    assert G.BUDGET_S <= 9 * 60 and G.TINY_BUDGET_S < 120  # 9 minutes on a GPU, under 2 minutes tiny
+    assert set(G.CAPS) == set(G.TINY_CAPS) == set(G.PARTS)
+
+
+def test_caps_override_only_the_named_parts():
+    assert G.parse_caps("b=30, c=12.5", G.CAPS) == {"a": G.CAPS["a"], "b": 30.0, "c": 12.5}
+
+
+def test_report_of_a_partial_run():
+    report = {"preflight": {"device_name": "NVIDIA H200"}, "wall_s": 12.0,
+              "parts": {"a": {"status": "ok", "device": "cuda",
+                              "checks": [{"name": "x", "value": 1e-6, "tol": 1e-4, "ok": True}]}}}
+    assert G.last_line(report) == "gpu_check device=NVIDIA_H200 wall_s=12.0 a=ok(1/1) b=not_run c=not_run"
+    md = G.summary_markdown(report)
+    assert "| x | 1.00e-06 | 1e-04 | yes |" in md and "## c. Unsupervised SimCSE from an encoder pretrained here: not run" in md
+
+
+@pytest.mark.parametrize("target_ok", [True, False])
+def test_install_falls_back_to_a_target_folder(tmp_path, monkeypatch, target_ok):
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"")
+    calls = []
+
+    def fake_run(cmd, **kw):  # the environment refuses the wheels (read-only); --target works or not
+        calls.append(cmd)
+        rc = 1 if len(calls) == 1 or (len(calls) == 2 and not target_ok) else 0
+        return subprocess.CompletedProcess(cmd, rc, "", "ERROR: read-only" if rc else "")
+
+    monkeypatch.setattr(G.subprocess, "run", fake_run)
+    rep = G.install(tmp_path)
+    assert all("--no-deps" in c and "--no-index" in c for c in calls)
+    assert "--target" not in calls[0] and calls[1][calls[1].index("--target") + 1] == str(tmp_path / "site")
+    assert calls[2][-2:] == ["-e", str(G.REPO)] and rep["editable"] is True
+    if target_ok:
+        assert rep["wheels_target"] == str(tmp_path / "site") and "wheels_error" not in rep
+    else:
+        assert "read-only" in rep["wheels_error"] and not (tmp_path / "site").exists()
