@@ -97,9 +97,10 @@ def test_tiny_run_part_c_table(tiny_run):
 @needs_mirror
 def test_budget_cuts_a_part_and_skips_the_rest(bundle, tmp_path):
     # part c capped at 6 s (it needs several times that), then no budget left for part a; the report and the
-    # last line still come, with what c finished
+    # last line still come, with what c finished. Budget 12 s: c starts with its 6 s whenever start-up takes under
+    # 3 s (a loaded machine), and after it less than the 5 s a part needs are left for a.
     proc = subprocess.run([sys.executable, "-m", "simcse.research.gpu_check", "--device", "cpu", "--tiny", "--parts",
-                           "c,a", "--caps", "c=6", "--budget-s", "9.5", "--bundle-dir", str(bundle), "--out", str(tmp_path)],
+                           "c,a", "--caps", "c=6", "--budget-s", "12", "--bundle-dir", str(bundle), "--out", str(tmp_path)],
                           capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -110,7 +111,7 @@ def test_budget_cuts_a_part_and_skips_the_rest(bundle, tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("gpu_check device=cpu") and " a=skipped" in last and " c=timeout" in last
     assert all("=" in field for field in last.split()[1:])  # space-separated key=value fields
-    assert report["wall_s"] < 12
+    assert report["wall_s"] < 15
 
 
 def test_gpu_path_imports_and_runs_part_a_without_datasets(tmp_path):
