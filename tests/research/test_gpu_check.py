@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from simcse.research import gpu_bundle as B
 from simcse.research import gpu_check as G
+from simcse.research import gpu_parts as P
 
 REPO = Path(__file__).resolve().parents[2]
 MIRROR = os.environ.get("SIMCSE_DATA_MIRROR")
@@ -31,7 +33,7 @@ def bundle(tmp_path_factory):
     if not (MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file()):
         pytest.skip("needs SIMCSE_DATA_MIRROR (the project's data mirror)")
     folder = tmp_path_factory.mktemp("bundle")
-    G.prepare_data(folder, Path(MIRROR), wiki_lines=6000)
+    B.prepare_data(folder, Path(MIRROR), wiki_lines=6000)
     return folder
 
 
@@ -63,7 +65,7 @@ def test_tiny_run_part_a_checks(tiny_run):
     a = json.loads((out / "gpu_check.json").read_text())["parts"]["a"]
     names = [c["name"] for c in a["checks"]]
     # every pooler x {fp32, bf16} x {embeddings, gradients}, GradCache, bf16 and fp16 steps, InfoNCE loss/grads
-    assert len(names) == 4 * len(G.POOLERS) + 1 + 2 + 2, names
+    assert len(names) == 4 * len(P.POOLERS) + 1 + 2 + 2, names
     assert all(c["ok"] and c["value"] <= c["tol"] for c in a["checks"]), a["checks"]
     assert any(n.startswith("fp16 training step finite") for n in names)
 
@@ -83,15 +85,15 @@ def test_tiny_run_part_c_table(tiny_run):
     c = json.loads((out / "gpu_check.json").read_text())["parts"]["c"]
     assert list(c["rows"]) == ["raw, avg", "raw, avg_first_last", "raw, cls_before_pooler", "unsup SimCSE", "sup SimCSE"]
     for label, row in c["rows"].items():
-        values = [row[t] for t in G.STS_TASKS]
+        values = [row[t] for t in P.STS_TASKS]
         assert all(math.isfinite(v) and -100 <= v <= 100 for v in values), (label, row)
         assert row["Avg."] == pytest.approx(sum(values) / len(values), abs=0.01)
     pt = c["stages"]["pretrain"]
-    assert pt["max_position_embeddings"] == G.C_SETTINGS["tiny"]["max_seq_length"]  # position table = training length
-    assert pt["steps"] >= G.C_SETTINGS["tiny"]["probe_steps"] and pt["tokens_seen"] > 0
-    assert c["stages"]["unsup"]["steps"] == G.C_SETTINGS["tiny"]["unsup_steps"]
+    assert pt["max_position_embeddings"] == P.C_SETTINGS["tiny"]["max_seq_length"]  # position table = training length
+    assert pt["steps"] >= P.C_SETTINGS["tiny"]["probe_steps"] and pt["tokens_seen"] > 0
+    assert c["stages"]["unsup"]["steps"] == P.C_SETTINGS["tiny"]["unsup_steps"]
     assert c["claim"]["unsup_beats_raw"] == (c["rows"]["unsup SimCSE"]["Avg."] > max(
-        c["rows"][f"raw, {p}"]["Avg."] for p in G.RAW_POOLERS))
+        c["rows"][f"raw, {p}"]["Avg."] for p in P.RAW_POOLERS))
 
 
 @needs_mirror
@@ -138,7 +140,7 @@ def test_cuda_asked_on_a_machine_without_one(tmp_path, capsys):
 def test_prepare_writes_the_bundle_with_a_manifest(bundle):
     data = bundle / "data"
     manifest = json.loads((data / "MANIFEST.json").read_text())
-    assert manifest["wiki_lines"] == 6000 and manifest["bytes"] < G.DATA_BUDGET_BYTES
+    assert manifest["wiki_lines"] == 6000 and manifest["bytes"] < B.DATA_BUDGET_BYTES
     import gzip
 
     with gzip.open(data / "wiki.txt.gz", "rt", encoding="utf-8") as f:
@@ -148,39 +150,39 @@ def test_prepare_writes_the_bundle_with_a_manifest(bundle):
     assert len(lines) == 6000 and lines[:3] == first
     assert (data / "senteval" / "STS" / "STSBenchmark" / "sts-test.csv").is_file()
     assert (data / "senteval" / "SICK" / "SICK_test_annotated.txt").is_file()
-    assert manifest["files"]["nli_for_simcse.csv"]["sha256"] == G._sha256(Path(MIRROR) / "nli_for_simcse.csv")
+    assert manifest["files"]["nli_for_simcse.csv"]["sha256"] == B._sha256(Path(MIRROR) / "nli_for_simcse.csv")
 
 
 def test_prepare_errors(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="wiki1m_for_simcse.txt"):
-        G.prepare_data(tmp_path / "b", tmp_path, wiki_lines=10)
+        B.prepare_data(tmp_path / "b", tmp_path, wiki_lines=10)
     with pytest.raises(ValueError, match="wiki_lines must be >= 1"):
-        G.prepare_data(tmp_path / "b", tmp_path, wiki_lines=0)
+        B.prepare_data(tmp_path / "b", tmp_path, wiki_lines=0)
     if MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file():
-        monkeypatch.setattr(G, "DATA_BUDGET_BYTES", 1000)
+        monkeypatch.setattr(B, "DATA_BUDGET_BYTES", 1000)
         with pytest.raises(ValueError, match="over the 0 MiB budget: lower --wiki-lines"):
-            G.prepare_data(tmp_path / "b", Path(MIRROR), wiki_lines=10)
+            B.prepare_data(tmp_path / "b", Path(MIRROR), wiki_lines=10)
         assert not (tmp_path / "b" / "data").exists()  # nothing half-made left in place
 
 
 def test_part_c_without_a_bundle_says_prepare(tmp_path):
     with pytest.raises(FileNotFoundError, match="gpu_check.sh --prepare"):
-        G.part_c(tmp_path, "cpu", True, deadline=0.0, bundle=tmp_path / "none")
+        P.part_c(tmp_path, "cpu", True, deadline=0.0, bundle=tmp_path / "none")
 
 
 def test_floors_report_what_is_installed_below_them():
     floors = {"torch": "2.13.0", "transformers": "5.24.0", "numpy": "2.4.6"}
     installed = {"torch": "2.11.0+cu130", "transformers": "5.17.0", "numpy": "2.5.2", "scipy": "1.0"}
-    assert G.below_floors(installed, floors) == ["torch 2.11.0+cu130 < 2.13.0", "transformers 5.17.0 < 5.24.0"]
-    assert G.below_floors({"torch": None}, floors) == []
+    assert B.below_floors(installed, floors) == ["torch 2.11.0+cu130 < 2.13.0", "transformers 5.17.0 < 5.24.0"]
+    assert B.below_floors({"torch": None}, floors) == []
 
 
 def test_version_floors_read_setup_py(tmp_path):
     setup = tmp_path / "setup.py"
     setup.write_text('setup(install_requires=[\n  "torch>=2.13.0",\n  "transformers>=5.24.0,<6",\n  "tqdm"],\n'
                      '  extras_require={"dev": ["pytest>=7"]})\n')
-    assert G.version_floors(setup) == {"torch": "2.13.0", "transformers": "5.24.0"}
-    assert G.version_floors(tmp_path / "missing.py") == {}
+    assert B.version_floors(setup) == {"torch": "2.13.0", "transformers": "5.24.0"}
+    assert B.version_floors(tmp_path / "missing.py") == {}
 
 
 @pytest.mark.parametrize("text, match", [("d=3", "PART=SECONDS"), ("a3", "PART=SECONDS"), ("a=x", "not a number"),
@@ -219,8 +221,8 @@ def test_install_falls_back_to_a_target_folder(tmp_path, monkeypatch, target_ok)
         rc = 1 if len(calls) == 1 or (len(calls) == 2 and not target_ok) else 0
         return subprocess.CompletedProcess(cmd, rc, "", "ERROR: read-only" if rc else "")
 
-    monkeypatch.setattr(G.subprocess, "run", fake_run)
-    rep = G.install(tmp_path)
+    monkeypatch.setattr(B.subprocess, "run", fake_run)
+    rep = B.install(tmp_path)
     assert all("--no-deps" in c and "--no-index" in c for c in calls)
     assert "--target" not in calls[0] and calls[1][calls[1].index("--target") + 1] == str(tmp_path / "site")
     assert calls[2][-2:] == ["-e", str(G.REPO)] and rep["editable"] is True
