@@ -48,6 +48,7 @@ def tiny_run(bundle, tmp_path_factory):
     return proc, out
 
 
+@pytest.mark.slow
 def test_tiny_run_passes_every_part_and_reports(tiny_run):
     proc, out = tiny_run
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -60,6 +61,7 @@ def test_tiny_run_passes_every_part_and_reports(tiny_run):
     assert "## a. Correctness" in md and "## b. Training speed" in md and "## c. Unsupervised SimCSE" in md
 
 
+@pytest.mark.slow
 def test_tiny_run_part_a_checks(tiny_run):
     _, out = tiny_run
     a = json.loads((out / "gpu_check.json").read_text())["parts"]["a"]
@@ -70,6 +72,7 @@ def test_tiny_run_part_a_checks(tiny_run):
     assert any(n.startswith("fp16 training step finite") for n in names)
 
 
+@pytest.mark.slow
 def test_tiny_run_part_b_has_every_side(tiny_run):
     _, out = tiny_run
     bench = json.loads((out / "gpu_check.json").read_text())["parts"]["b"]["bench"]
@@ -80,6 +83,7 @@ def test_tiny_run_part_b_has_every_side(tiny_run):
         assert r["sent_s"] > 0 and 0 < r["mfu"] < 1
 
 
+@pytest.mark.slow
 def test_tiny_run_part_c_table(tiny_run):
     _, out = tiny_run
     c = json.loads((out / "gpu_check.json").read_text())["parts"]["c"]
@@ -97,6 +101,7 @@ def test_tiny_run_part_c_table(tiny_run):
 
 
 @needs_mirror
+@pytest.mark.slow
 def test_budget_cuts_a_part_and_skips_the_rest(bundle, tmp_path):
     # part c capped at 6 s (it needs several times that), then no budget left for part a; the report and the
     # last line still come, with what c finished. Budget 12 s: c starts with its 6 s whenever start-up takes under
@@ -116,6 +121,7 @@ def test_budget_cuts_a_part_and_skips_the_rest(bundle, tmp_path):
     assert report["wall_s"] < 15
 
 
+@pytest.mark.slow
 def test_gpu_path_imports_and_runs_part_a_without_datasets(tmp_path):
     code = ("import sys; sys.modules['datasets'] = None\n"
             "from simcse.research.gpu_check import part_a\n"

@@ -50,6 +50,7 @@ def _worker(rank: int, port: int, base: str) -> None:
         json.dump({"seen": seen, "steps": trainer.state.global_step}, f)
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_read_disjoint_parts_of_the_stream(tmp_path):
     import torch.multiprocessing as mp
     from transformers import AutoTokenizer
