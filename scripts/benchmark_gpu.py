@@ -9,7 +9,10 @@ the tokenizer is a WordPiece vocabulary written by the script, and the sentences
 words, a fixed seed), unless ``--data`` gives a text file. For every batch size it runs one
 ``scripts/benchmark_train.py`` worker (our trainer, unsupervised SimCSE, ``--max-seq-length`` 32, bf16
 by default) and reports sentences/s, seconds per step, peak GPU memory and model FLOPs utilisation against
-the bf16 (or fp32) dense GEMM rate measured on the same device in the same run. The last line is
+the bf16 (or fp32) shape-matched GEMM ceiling measured on the same device around that run: the encoder's own
+linear-layer products at the batch's real token count, warmed up, best of several passes, before and after the
+run, measured again while the two disagree by more than 10% (``--max-extra`` times at most;
+``simcse.research.flops``). Every measurement line carries the 1-minute load average. The last line is
 machine-readable::
 
     gpu_train device=<name> precision=bf16 batch64_sent_s=... batch64_mfu=... batch512_sent_s=... batch512_mfu=...
@@ -27,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling benchmark modules
 
 from bench_common import int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child  # noqa: E402
+from benchmark_train import _run_child, format_ceiling, load_avg, real_tokens_per_step  # noqa: E402
 
-from simcse.research.flops import encoder_shape, model_flops  # noqa: E402
+from simcse.research.flops import encoder_shape, model_flops, settle_ceilings  # noqa: E402
 
 SHAPES = {
     "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int_at_least(1), default=20)
     p.add_argument("--threads", type=int_at_least(1), default=4, help="torch CPU threads (data side)")
     p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: synthetic sentences)")
+    p.add_argument("--max-extra", type=int_at_least(0), default=2,
+                   help="extra ceiling measurements when the ceilings before and after a run disagree by more than 10%%")
     args = p.parse_args(argv)
 
     import os
@@ -88,28 +93,45 @@ def main(argv: list[str] | None = None) -> dict:
             data = Path(tmp) / "sentences.txt"
             data.write_text("\n".join(synthetic_sentences(max(args.batch_sizes) * (args.warmup + args.steps))) + "\n",
                             encoding="utf-8")
+        data_lines = [x for x in data.read_text(encoding="utf-8").splitlines() if x.strip()]
         shape = encoder_shape(str(folder))
         common = ["--model", str(folder), "--data", str(data), "--device", args.device, "--threads", str(args.threads),
                   "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup), "--steps", str(args.steps)]
-        ceiling = _run_child(common + ["--gemm"])[args.precision]
+        square = ["--gemm-square", "256"] if args.shape == "tiny" else []  # a smoke test needs no large square
         print(f"{datetime.date.today()} device={name} shape={args.shape} ({shape['layers']} layers, hidden "
-              f"{shape['hidden']}) precision={args.precision} max_seq_length={args.max_seq_length} "
-              f"{args.precision} GEMM ceiling {ceiling / 1e12:.1f} TFLOP/s", flush=True)
-        print("| batch | sentences/s | s/step | peak GPU MiB | real tokens/step | MFU |")
-        print("|---|---|---|---|---|---|")
-        summary = {}
+              f"{shape['hidden']}) precision={args.precision} max_seq_length={args.max_seq_length} {load_avg()}",
+              flush=True)
+        summary, lines = {}, []
         for batch in args.batch_sizes:
+            # the shape-matched ceiling: the encoder's linear-layer products at this batch's real token count,
+            # measured before and after the run (again while they disagree by more than 10%, bounded)
+            tokens = real_tokens_per_step(str(folder), data_lines[:batch * (args.warmup + args.steps)], batch,
+                                          args.max_seq_length)
+            gemm = common + ["--gemm", "--gemm-tokens", str(tokens)] + square
+
+            def measure(when: str) -> dict:
+                c = _run_child(gemm)
+                print(f"batch {batch}: GEMM ceiling ({when}, {tokens} tokens): {format_ceiling(c)}, {load_avg()}", flush=True)
+                return c
+
+            before = measure("before")
             d = _run_child(common + ["--side", "ours", "--precision", args.precision, "--batch-size", str(batch)])
+            ceilings, _, _ = settle_ceilings(before, lambda: measure("after"), args.max_extra)
+            ceiling = ceilings[args.precision]["model"]
             s_step = d["wall_s"] / d["steps"]
             flops = model_flops(shape, d["tokens"], d["sum_sq"]) / d["steps"]
             mfu = flops / s_step / ceiling
             gpu = f"{d['peak_gpu_mib']:.0f}" if d.get("peak_gpu_mib") is not None else "n/a"
-            summary[batch] = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu}
-            print(f"| {batch} | {batch / s_step:.1f} | {s_step:.4f} | {gpu} | {d['tokens'] / d['steps']:.0f} | "
-                  f"{100 * mfu:.1f}% |", flush=True)
+            summary[batch] = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu, "ceiling": ceiling}
+            lines.append(f"| {batch} | {batch / s_step:.1f} | {s_step:.4f} | {gpu} | {d['tokens'] / d['steps']:.0f} | "
+                         f"{ceiling / 1e12:.2f} | {100 * mfu:.1f}% |")
+        print(f"| batch | sentences/s | s/step | peak GPU MiB | real tokens/step | {args.precision} shape-matched GEMM "
+              "ceiling TFLOP/s | MFU |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(lines), flush=True)
     fields = " ".join(f"batch{b}_sent_s={v['sent_s']:.1f} batch{b}_mfu={v['mfu']:.3f}" for b, v in summary.items())
     print(f"gpu_train device={name.replace(' ', '_')} precision={args.precision} {fields}")
-    return {"device": name, "ceiling": ceiling, "runs": summary, "args": json.loads(json.dumps(vars(args), default=str))}
+    return {"device": name, "ceiling": {b: v["ceiling"] for b, v in summary.items()}, "runs": summary, "args": json.loads(json.dumps(vars(args), default=str))}
 
 
 if __name__ == "__main__":
