@@ -6,10 +6,10 @@
 Trains the unsupervised CPU default (``configs/unsup_cpu_minilm.json``: all-MiniLM-L6-v2, batch 64,
 ``max_seq_length`` 32, the first wiki1m sentences) for ``warmup`` untimed steps and profiles the next
 ``steps`` steps (``torch.profiler``, CPU activities). Every profiled operator's *self* time is put in one
-kind: GEMM (linear layers' ``mm``/``addmm``), attention (``bmm``, softmax, key mask), dropout, LayerNorm,
-GELU, dtype casts (``_to_copy``: autocast's, mostly), copies (``copy_``, ``index_select``, ``cat``,
-``index_put``: packing and the attention buckets), optimizer (everything under ``Optimizer.step``),
-data (everything under the DataLoader's ``__next__``), other. Prints a markdown table per precision:
+kind (:func:`kind_of`): GEMM (linear layers' ``mm``/``addmm``), attention (``bmm``, softmax, key mask),
+dropout masks, LayerNorm, GELU, dtype casts (autocast's), copies (gathers of the padding-free attention,
+``cat``, ``clone``), elementwise (``add``, ``mul``, ...), the embedding gradient, optimizer (everything under
+``Optimizer.step``), data (everything under the DataLoader's ``__next__``), other. Prints a markdown table per precision:
 ms per step and share of the profiled step. The step's wall time is printed beside it, with the
 1-minute load average (the machine may be shared: shares are steadier than milliseconds).
 """
@@ -25,40 +25,80 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
 
-from bench_common import REPO, default_data, int_at_least  # noqa: E402
+from bench_common import REPO, default_data, int_at_least, read_sentences  # noqa: E402
 
-KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout", "LayerNorm", "GELU",
-         "dtype casts (_to_copy)", "copies (copy_, gather, cat, index_put)", "optimizer", "data", "loss and other")
+KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout (masks)", "LayerNorm", "GELU",
+         "dtype casts (autocast)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",
+         "embedding (gradient)", "optimizer", "data", "other")
+GEMM, ATTENTION, DROPOUT, LAYERNORM, GELU, CASTS, COPIES, ELEMENTWISE, EMBEDDING, OPTIMIZER, DATA, OTHER = range(len(KINDS))
 
-_BY_NAME = {
-    "aten::mm": 0, "aten::addmm": 0,
-    "aten::bmm": 1, "aten::baddbmm": 1, "aten::_softmax": 1, "aten::_softmax_backward_data": 1,
-    "aten::masked_fill": 1, "aten::masked_fill_": 1, "aten::_scaled_dot_product_flash_attention_for_cpu": 1,
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": 1,
-    "aten::bernoulli_": 2, "aten::native_dropout": 2, "aten::native_dropout_backward": 2, "aten::random_": 2,
-    "aten::native_layer_norm": 3, "aten::native_layer_norm_backward": 3,
-    "aten::gelu": 4, "aten::gelu_backward": 4,
-    "aten::_to_copy": 5,
-    "aten::copy_": 6, "aten::index_select": 6, "aten::index_select_backward": 6, "aten::cat": 6, "aten::index_put_": 6,
-    "aten::index_add_": 6, "aten::_index_put_impl_": 6, "aten::clone": 6, "aten::contiguous": 6,
+_OWN = {  # an operator that is one kind wherever it is called
+    "aten::mm": GEMM, "aten::addmm": GEMM, "aten::bmm": ATTENTION, "aten::baddbmm": ATTENTION,
+    "aten::_softmax": ATTENTION, "aten::_softmax_backward_data": ATTENTION, "aten::masked_fill": ATTENTION,
+    "aten::masked_fill_": ATTENTION, "aten::_scaled_dot_product_flash_attention_for_cpu": ATTENTION,
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": ATTENTION,
+    "aten::bernoulli_": DROPOUT, "aten::random_": DROPOUT, "aten::native_dropout": DROPOUT,
+    "aten::native_dropout_backward": DROPOUT, "aten::ge": DROPOUT,
+    "aten::native_layer_norm": LAYERNORM, "aten::native_layer_norm_backward": LAYERNORM,
+    "aten::gelu": GELU, "aten::gelu_backward": GELU,
+    "aten::embedding_dense_backward": EMBEDDING, "aten::embedding_backward": EMBEDDING,
+    "aten::index_select": COPIES, "aten::index_add_": COPIES, "aten::scatter_add_": COPIES, "aten::cat": COPIES,
+    "aten::index_put_": COPIES, "aten::_index_put_impl_": COPIES, "aten::clone": COPIES,
+    "aten::add": ELEMENTWISE, "aten::add_": ELEMENTWISE, "aten::mul": ELEMENTWISE, "aten::mul_": ELEMENTWISE,
+    "aten::sum": ELEMENTWISE, "aten::div": ELEMENTWISE, "aten::fill_": ELEMENTWISE, "aten::zero_": ELEMENTWISE,
 }
+_TOP = {  # the outermost operator or backward node an event runs under (for copy_, fill_, ... inside it)
+    "aten::linear": GEMM, "aten::matmul": GEMM, "aten::_to_copy": CASTS, "aten::to": CASTS,
+    "ToCopyBackward0": CASTS, "aten::layer_norm": LAYERNORM, "NativeLayerNormBackward0": LAYERNORM,
+    "aten::gelu": GELU, "GeluBackward0": GELU, "AddmmBackward0": GEMM, "MmBackward0": GEMM,
+    "BmmBackward0": ATTENTION, "SoftmaxBackward0": ATTENTION, "MaskedFillBackward0": ATTENTION,
+    "EmbeddingBackward0": EMBEDDING, "aten::embedding": EMBEDDING, "aten::index_select": COPIES,
+    "IndexSelectBackward0": COPIES, "_RowGatherBackward": COPIES, "CatBackward0": COPIES, "aten::cat": COPIES,
+    "aten::contiguous": COPIES, "aten::reshape": COPIES, "aten::clone": COPIES, "CloneBackward0": COPIES,
+    "IndexPutBackward0": COPIES, "UnsafeViewBackward0": COPIES, "TransposeBackward0": COPIES,
+    "ViewBackward0": COPIES, "ReshapeAliasBackward0": COPIES,
+}
+_EVALUATE = "autograd::engine::evaluate_function: "
 
 
 def kind_of(name: str, ancestors: list[str]) -> int:
-    """Index into :data:`KINDS` of a profiled operator named ``name`` under the record scopes ``ancestors``."""
-    if any(a.startswith("Optimizer.step") or a.startswith("Optimizer.zero_grad") for a in ancestors):
-        return 7
+    """Index into :data:`KINDS` of a profiled operator ``name`` under ``ancestors`` (innermost first).
+
+    Everything under ``Optimizer.step``/``zero_grad`` is the optimizer and under the DataLoader's ``__next__``
+    data; then the operator's own name decides when it is one kind wherever it runs (``mm``, ``bmm``,
+    ``native_layer_norm``, ...); else the outermost operator or backward node it runs under (a ``copy_`` under
+    ``aten::to`` is a cast, under ``aten::clone`` a copy); the rest is "other".
+    """
+    if any(a.startswith(("Optimizer.step", "Optimizer.zero_grad")) for a in ancestors):
+        return OPTIMIZER
     if any("DataLoader" in a for a in ancestors):
-        return 8
-    if name in _BY_NAME:
-        return _BY_NAME[name]
-    if "dropout" in name.lower() or "bernoulli" in name.lower():
-        return 2
-    return 9
+        return DATA
+    if name in _OWN:
+        return _OWN[name]
+    for a in reversed(ancestors):  # outermost first
+        key = a[len(_EVALUATE):] if a.startswith(_EVALUATE) else a
+        if key in _TOP:
+            return _TOP[key]
+    return _TOP.get(name, OTHER)
+
+
+def pairs(events) -> dict[tuple[str, str], float]:
+    """Self CPU time (microseconds) by (operator, the outermost operator or backward node it runs under)."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for e in events:
+        if e.device_type.name != "CPU" or e.self_cpu_time_total <= 0:
+            continue
+        top, p = e.name, e.cpu_parent
+        while p is not None:
+            if p.name.startswith(("aten::", _EVALUATE, "Optimizer", "enumerate(DataLoader")):
+                top = p.name
+            p = p.cpu_parent
+        out[(e.name, top)] += e.self_cpu_time_total
+    return out
 
 
 def breakdown(events) -> dict[int, float]:
-    """Self CPU time (microseconds) by kind over profiler ``events`` (``prof.events()``), main-thread ops only."""
+    """Self CPU time (microseconds) by kind (:func:`kind_of`) over profiler ``events`` (``prof.events()``)."""
     out: dict[int, float] = defaultdict(float)
     for e in events:
         if e.device_type.name != "CPU" or e.self_cpu_time_total <= 0:
@@ -81,7 +121,9 @@ def profile(args, precision: str) -> None:
     torch.set_num_threads(args.threads)
     total = args.warmup + args.steps
     with tempfile.TemporaryDirectory(prefix="profile_step_") as out:
-        argv = [str(REPO / "configs" / "unsup_cpu_minilm.json"), "--train_file", str(args.data), "--output_dir", out,
+        train_file = Path(out) / "train.txt"  # the first sentences only (the trainer reads the whole file)
+        train_file.write_text("\n".join(read_sentences(args.data, 64 * total)) + "\n", encoding="utf-8")
+        argv = [str(REPO / "configs" / "unsup_cpu_minilm.json"), "--train_file", str(train_file), "--output_dir", out,
                 "--max_steps", str(total), "--max_train_samples", str(64 * total), "--eval_strategy", "no",
                 "--save_strategy", "no", "--load_best_model_at_end", "false", "--eval_before_training", "false",
                 "--test_after_training", "false", "--disable_tqdm", "true", "--logging_steps", "10000",
@@ -113,7 +155,9 @@ def profile(args, precision: str) -> None:
         ms = per.get(i, 0.0) / 1000.0 / args.steps
         print(f"| {name} | {ms:.0f} | {100 * ms / step_ms:.1f}% |")
     if args.top:
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+        print(f"| operator | under | ms/step |\n|---|---|---|")
+        for (name, top), us in sorted(pairs(prof.events()).items(), key=lambda kv: -kv[1])[:args.top]:
+            print(f"| {name} | {top.replace(_EVALUATE, '')} | {us / 1000.0 / args.steps:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -123,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int_at_least(2), default=3)
     p.add_argument("--steps", type=int_at_least(1), default=1)
     p.add_argument("--threads", type=int_at_least(1), default=2)
-    p.add_argument("--top", type=int, default=0, help="also print the N operators with the most self time")
+    p.add_argument("--top", type=int, default=0, help="also print the N (operator, outermost caller) pairs with the most self time")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra simcse.training.train options")
     args = p.parse_args(argv)
     args.data = args.data or default_data()

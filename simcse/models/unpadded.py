@@ -44,39 +44,79 @@ def _unpadded_sdpa(module, query, key, value, attention_mask, dropout: float = 0
     """Attention function registered with transformers as :data:`UNPADDED_ATTENTION`.
 
     Called by the encoder's attention layers with packed ``query``/``key``/``value`` of shape (1, heads, T, d),
-    where T is the number of real (non-padding) tokens of the batch, and the layout of :func:`_attention_buckets`
-    in the keyword :data:`_LAYOUT_KWARG`. Query, key and value are gathered once each into the buckets' padded
-    slots (S, heads, d); every bucket's rows (sentences of similar length) are a (R, heads, W, d) view of them,
-    with W the bucket's longest sentence, attended with a key-padding mask and attention dropout ``dropout``
-    (:func:`_attention_core`); one more gather puts the real tokens back in packed order: returns
-    ``((1, T, heads, d), None)``. Attention thus costs about sum_b R_b * W_b^2 instead of N * L^2, and every
-    other layer of the encoder runs on T tokens instead of N*L. The gathers' backward is a gather as well
-    (:class:`_RowGather`). Without the layout keyword (a padded call, e.g. the MLM head's) it is transformers'
-    own SDPA attention.
+    where T is the number of real (non-padding) tokens of the batch, and a :class:`_Layout` (the buckets of
+    :func:`_attention_buckets`) in the keyword :data:`_LAYOUT_KWARG`. Query, key and value are gathered once
+    each, (token, head) rows of d values, straight into every bucket's contiguous (R, heads, W, d) block, R
+    sentences of similar length padded to the bucket's longest W; each bucket is attended with a key-padding
+    mask and attention dropout ``dropout`` (:func:`_attention_core`), and one more gather puts the real tokens
+    back in packed order: returns ``((1, T, heads, d), None)``. Attention thus costs about sum_b R_b * W_b^2
+    instead of N * L^2, every other layer of the encoder runs on T tokens instead of N*L, and the only copies
+    are the gathers (whose backward is a gather too, :class:`_RowGather`) and one ``cat``. Without the layout
+    keyword (a padded call, e.g. the MLM head's) it is transformers' own SDPA attention.
     """
     layout = kwargs.pop(_LAYOUT_KWARG, None)
     if layout is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    buckets, gather, slot_of, token_of_slot = layout
-    heads = query.shape[1]
+    heads, tokens, d = query.shape[1], query.shape[2], query.shape[3]
     if key.shape[1] != heads:  # grouped-query attention: one key/value head per group
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
         value = value.repeat_interleave(heads // value.shape[1], dim=1)
-    # (T, h, d) each -> (S, h, d): every bucket's padded slots, one after the other
-    q, k, v = (_RowGather.apply(x[0].transpose(0, 1), gather, slot_of, False) for x in (query, key, value))
+    buckets, gather, slot_of, token_of_slot = layout.for_heads(heads)
+    if not buckets:  # no real token at all
+        return query.new_zeros((1, tokens, heads, d)), None
+
+    def rows(x):  # (1, h, T, d) -> (T*h, d), row t*h + j = token t, head j (a view of the projection's output)
+        return x.transpose(1, 2).reshape(tokens * heads, x.shape[-1])
+
+    sizes = [r * heads * w for r, w, _ in buckets]
+    q, k, v = (_RowGather.apply(rows(x), gather, slot_of, False).split(sizes) for x in (query, key, value))
     fast_dropout = uses_cpu_dropout(module)  # set_cpu_dropout is on
     outs = []
-    for start, rows, width, key_mask in buckets:
-        def pad(x):  # (S, h, d) -> (R, h, W, d) view; padding slots hold some real token, masked out as keys
-            return x[start:start + rows * width].view(rows, width, *x.shape[1:]).transpose(1, 2)
+    for (r, w, key_mask), qb, kb, vb in zip(buckets, q, k, v):
+        out = _attention_core(qb.view(r, heads, w, d), kb.view(r, heads, w, d), vb.view(r, heads, w, d), key_mask,
+                              dropout, scaling, fast_dropout)  # (R, h, W, d)
+        outs.append(out.reshape(r * heads * w, d))
+    out = torch.cat(outs) if len(outs) > 1 else outs[0]  # (S*h, d)
+    out = _RowGather.apply(out, slot_of, token_of_slot, True)  # (T*h, d) in packed order
+    return out.view(1, tokens, heads, d), None
 
-        out = _attention_core(pad(q), pad(k), pad(v), key_mask, dropout, scaling, fast_dropout)  # (R, h, W, d)
-        outs.append(out.transpose(1, 2).reshape(rows * width, heads, -1))  # (R*W, h, d)
-    out = torch.cat(outs) if len(outs) > 1 else outs[0]  # (S, h, d)
-    out = _RowGather.apply(out, slot_of, token_of_slot, True)  # (T, h, d) in packed order
-    return out.unsqueeze(0), None
+
+class _Layout:
+    """The length buckets of one padded batch (:func:`_attention_buckets`), and their (token, head) indices for a
+    number of heads (:meth:`for_heads`, computed once per head count and kept: every layer uses them)."""
+
+    def __init__(self, keep: torch.Tensor, max_buckets: int = 4):
+        self.base = _attention_buckets(keep, max_buckets)
+        self.tokens = int(keep.sum())
+        self._by_heads: dict[int, tuple] = {}
+
+    def for_heads(self, heads: int) -> tuple[list[tuple], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(buckets, gather, slot_of, token_of_slot)`` over (token, head) rows for ``heads`` heads.
+
+        Bucket b's block holds R_b * heads * W_b rows, (row r, head j, position w) at
+        ``start_b * heads + (r * heads + j) * W_b + w``, so that it views as a contiguous (R, heads, W, d) tensor;
+        ``buckets`` lists ``(R, W, key_mask)``. ``gather`` (S*heads,) int64: the (token, head) row ``t * heads + j``
+        each slot holds; ``slot_of`` (T*heads,): each (token, head)'s own slot; ``token_of_slot`` (S*heads,): the
+        row of a real slot, T*heads for a padding slot.
+        """
+        if heads not in self._by_heads:
+            buckets, gather, slot_of, token_of_slot = self.base
+            head = torch.arange(heads, device=gather.device).view(1, heads, 1)
+            gathers, reals, out = [], [], []
+            for start, r, w, key_mask in buckets:
+                g = gather[start:start + r * w].view(r, 1, w)
+                gathers.append((g * heads + head).reshape(-1))
+                reals.append(key_mask.view(r, 1, w).expand(r, heads, w).reshape(-1))
+                out.append((r, w, key_mask))
+            g = torch.cat(gathers) if gathers else gather.new_zeros(0)
+            real = torch.cat(reals) if reals else gather.new_zeros(0, dtype=torch.bool)
+            total = self.tokens * heads
+            slots = torch.empty(total, dtype=torch.long, device=g.device)
+            slots[g[real]] = real.nonzero().squeeze(1)
+            self._by_heads[heads] = (out, g, slots, torch.where(real, g, total))
+        return self._by_heads[heads]
 
 
 def _attention_buckets(keep: torch.Tensor, max_buckets: int = 4) -> tuple[list[tuple], torch.Tensor, torch.Tensor,
@@ -190,12 +230,12 @@ def encode_unpadded(encoder, input_ids: torch.Tensor, attention_mask: torch.Tens
         attention_mask=None,
         output_hidden_states=output_hidden_states,
         return_dict=True,
-        **{_LAYOUT_KWARG: _attention_buckets(keep)},
+        **{_LAYOUT_KWARG: _Layout(keep)},
         **extra,
     )
 
     def unpack(h: torch.Tensor) -> torch.Tensor:  # (1, T, H) -> (N, L, H)
-        full = h.new_zeros((rows * width, h.shape[-1])).index_put((flat,), h[0])
+        full = h.new_zeros((rows * width, h.shape[-1])).index_put((flat,), h.squeeze(0))
         return full.view(rows, width, -1)
 
     hidden = tuple(unpack(h) for h in out.hidden_states) if out.hidden_states is not None else None

@@ -168,6 +168,28 @@ def test_attention_buckets_cover_every_token_once_in_row_order():
     assert torch.equal(token_of_slot[real], gather[real]) and bool((token_of_slot[~real] == total).all())
 
 
+def test_layout_for_heads_fills_contiguous_bucket_blocks_of_token_head_rows():
+    gen = torch.Generator().manual_seed(1)
+    keep = torch.rand(9, 7, generator=gen) < 0.7
+    keep[:, 0] = True
+    layout = unpadded._Layout(keep, max_buckets=3)
+    heads, total = 3, int(keep.sum())
+    buckets, gather, slot_of, token_of_slot = layout.for_heads(heads)
+    assert layout.for_heads(heads)[1] is gather  # computed once per head count
+    rows = torch.arange(total * heads)  # row t*h + j holds its own number
+    slots = rows.index_select(0, gather).split([r * heads * w for r, w, _ in buckets])
+    base_buckets, base_gather = unpadded._attention_buckets(keep, max_buckets=3)[:2]
+    for (r, w, key_mask), block, (start, _, _, _) in zip(buckets, slots, base_buckets):
+        grid = block.view(r, heads, w)  # (R, h, W)
+        tokens = base_gather[start:start + r * w].view(r, w)
+        for j in range(heads):
+            real = key_mask.view(r, w)
+            assert torch.equal(grid[:, j][real], (tokens * heads + j)[real])  # token t, head j at [row, j, pos]
+    assert torch.equal(rows.index_select(0, gather).index_select(0, slot_of), rows)  # every row's own slot
+    real = token_of_slot < total * heads
+    assert int(real.sum()) == total * heads and bool((token_of_slot[~real] == total * heads).all())
+
+
 def test_row_gather_backward_gathers_the_real_slots_gradient():
     """_RowGather: forward = index_select; backward = index_select's own where padding slots get no gradient."""
     x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
