@@ -173,7 +173,7 @@ def _attention_core(query, key, value, key_mask, dropout: float, scaling: float 
     if dropout > 0 and query.device.type == "cpu":
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         scores = torch.matmul(query, key.transpose(-1, -2)) * scale
-        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+        scores = scores.masked_fill_(~key_mask, torch.finfo(scores.dtype).min)  # in place: scores is a fresh tensor
         probs = torch.softmax(scores, dim=-1)
         probs = cpu_dropout(probs, dropout) if fast_dropout else torch.nn.functional.dropout(probs, p=dropout, training=True)
         return torch.matmul(probs, value)

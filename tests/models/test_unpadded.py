@@ -129,6 +129,15 @@ def test_attention_core_math_path_equals_sdpa():
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, scale=0.3)
     got = unpadded._attention_core(q, k, v, key_mask, dropout=1e-12, scaling=0.3)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    for fast in (False, True):  # gradients too (the key mask is applied in place), torch's and our dropout masks
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        grads = torch.autograd.grad(unpadded._attention_core(*leaves, key_mask, dropout=1e-12, scaling=0.3,
+                                                             fast_dropout=fast).square().sum(), leaves)
+        ref_leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        ref_grads = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+            *ref_leaves, attn_mask=key_mask, scale=0.3).square().sum(), ref_leaves)
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # and it does drop: with p = 0.5 about half of the attention weights are zeroed
     torch.manual_seed(0)
     dropped = unpadded._attention_core(q, k, torch.eye(5).expand(3, 2, 5, 5), key_mask, dropout=0.5, scaling=0.3)
