@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sib
 from bench_common import REPO, default_data, int_at_least, read_sentences  # noqa: E402
 
 KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout (masks)", "LayerNorm", "GELU",
-         "dtype casts (autocast)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",
+         "casts (autocast) and copies in linear (bias)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",
          "embedding (gradient)", "optimizer", "data", "other")
 GEMM, ATTENTION, DROPOUT, LAYERNORM, GELU, CASTS, COPIES, ELEMENTWISE, EMBEDDING, OPTIMIZER, DATA, OTHER = range(len(KINDS))
 
