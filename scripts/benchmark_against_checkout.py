@@ -13,7 +13,11 @@ both; a round whose speed-up (old s/step over new) disagrees with its neighbours
 (``simcse.research.flops``) and MFU is reported against it. Every line carries the 1-minute load average. The
 last line is machine-readable::
 
-    train_speedup_vs_checkout precision=bf16 old_sent_s=... new_sent_s=... speedup=X.XX mfu_old=... mfu_new=...
+    train_speedup_vs_checkout precision=bf16 old_sent_s=... new_sent_s=... speedup=X.XX cpu_time_ratio=... mfu_old=... mfu_new=...
+
+``cpu_time_ratio`` is the old over the new process CPU time per step: on a shared machine, where wall time
+depends on what else runs, it is the steadier of the two (with ``--threads 1`` especially: no thread waits
+for a descheduled partner).
 """
 from __future__ import annotations
 
@@ -90,16 +94,18 @@ def main(argv: list[str] | None = None) -> dict:
         rs = runs[side][a:b]
         steps = sum(x["steps"] for x in rs)
         wall = sum(x["wall_s"] for x in rs) / steps
+        cpu = sum(x["cpu_s"] for x in rs) / steps
         flops = model_flops(shape, sum(x["tokens"] for x in rs), sum(x["sum_sq"] for x in rs)) / steps
-        out[side] = {"sent_s": args.batch_size / wall, "s_step": wall, "mfu": flops / wall / peak}
+        out[side] = {"sent_s": args.batch_size / wall, "s_step": wall, "cpu_step": cpu, "mfu": flops / wall / peak}
         print(f"{side}: {out[side]['sent_s']:.1f} sentences/s, {wall:.3f} s/step, MFU {100 * out[side]['mfu']:.1f}% of "
               f"{peak / 1e9:.0f} GFLOP/s ({args.precision}, shape-matched), rounds {a + 1}-{b}")
     speedup = out["old"]["s_step"] / out["new"]["s_step"]
+    cpu_ratio = out["old"]["cpu_step"] / out["new"]["cpu_step"]  # steadier than wall time on a shared machine
     print(f"per-round speed-ups {' '.join(f'{x:.2f}' for x in ratios)}" + ("" if stable else " (unsteady)"))
     print(f"train_speedup_vs_checkout precision={args.precision} old_sent_s={out['old']['sent_s']:.1f} "
-          f"new_sent_s={out['new']['sent_s']:.1f} speedup={speedup:.2f} mfu_old={out['old']['mfu']:.3f} "
+          f"new_sent_s={out['new']['sent_s']:.1f} speedup={speedup:.2f} cpu_time_ratio={cpu_ratio:.2f} mfu_old={out['old']['mfu']:.3f} "
           f"mfu_new={out['new']['mfu']:.3f}", flush=True)
-    return {"speedup": speedup, "ratios": ratios, "stable": stable, **out}
+    return {"speedup": speedup, "cpu_time_ratio": cpu_ratio, "ratios": ratios, "stable": stable, **out}
 
 
 if __name__ == "__main__":
