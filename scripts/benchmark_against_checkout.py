@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-extra", type=int_at_least(0), default=2,
                    help=f"extra rounds while per-round speed-ups disagree by more than {100 * TOLERANCE:.0f}%%")
     p.add_argument("--threads", type=int_at_least(1), default=2)
+    p.add_argument("--by", choices=["wall", "cpu"], default="wall",
+                   help="what the per-round speed-up (and its agreement check) compares: wall time, or process CPU "
+                        "time (steadier on a shared machine, with --threads 1 especially)")
     p.add_argument("--old-args", nargs="*", default=[], help="extra simcse.training.train options, old side")
     p.add_argument("--new-args", nargs="*", default=[], help="extra simcse.training.train options, new side")
     args = p.parse_args(argv)
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
                                   args.batch_size, args.max_seq_length)
     print(f"checkout={args.checkout} precision={args.precision} batch={args.batch_size} max_seq_length="
           f"{args.max_seq_length} warmup={args.warmup} steps={args.steps} threads={args.threads} "
-          f"old_args={args.old_args} new_args={args.new_args} real_tokens/step~{tokens} {load_avg()}", flush=True)
+          f"old_args={args.old_args} new_args={args.new_args} by={args.by} real_tokens/step~{tokens} {load_avg()}", flush=True)
     gemm = common[:-4] + ["--gemm", "--gemm-tokens", str(tokens)]
 
     def ceiling(when: str) -> dict:
@@ -82,8 +85,11 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"round {r + 1} {side}: {res['wall_s'] / res['steps']:.3f} s/step (CPU {res['cpu_s'] / res['steps']:.3f}"
                   f" s/step), {args.batch_size * res['steps'] / res['wall_s']:.1f} sentences/s, peak RSS "
                   f"{res['peak_rss_mib']:.0f} MiB, tokens/step {res['tokens'] / res['steps']:.0f}, {load_avg()}", flush=True)
-        ratio = runs["old"][-1]["wall_s"] / runs["new"][-1]["wall_s"]
-        print(f"round {r + 1}: speed-up {ratio:.2f}", flush=True)
+        key = "wall_s" if args.by == "wall" else "cpu_s"
+        ratio = runs["old"][-1][key] / runs["new"][-1][key]
+        other = "cpu_s" if key == "wall_s" else "wall_s"
+        print(f"round {r + 1}: speed-up {ratio:.2f} by {args.by} time ({runs['old'][-1][other] / runs['new'][-1][other]:.2f} "
+              f"by {'CPU' if other == 'cpu_s' else 'wall'} time)", flush=True)
         return ratio
 
     ratios, (a, b), stable = repeat_until_stable(one_round, args.rounds, args.max_extra)
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{peak / 1e9:.0f} GFLOP/s ({args.precision}, shape-matched), rounds {a + 1}-{b}")
     speedup = out["old"]["s_step"] / out["new"]["s_step"]
     cpu_ratio = out["old"]["cpu_step"] / out["new"]["cpu_step"]  # steadier than wall time on a shared machine
-    print(f"per-round speed-ups {' '.join(f'{x:.2f}' for x in ratios)}" + ("" if stable else " (unsteady)"))
+    print(f"per-round speed-ups by {args.by} time {' '.join(f'{x:.2f}' for x in ratios)}" + ("" if stable else " (unsteady)"))
     print(f"train_speedup_vs_checkout precision={args.precision} old_sent_s={out['old']['sent_s']:.1f} "
           f"new_sent_s={out['new']['sent_s']:.1f} speedup={speedup:.2f} cpu_time_ratio={cpu_ratio:.2f} mfu_old={out['old']['mfu']:.3f} "
           f"mfu_new={out['new']['mfu']:.3f}", flush=True)
