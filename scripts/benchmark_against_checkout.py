@@ -2,7 +2,7 @@
 
     git worktree add /tmp/simcse-before <commit>        # or: git archive <commit> | tar -x -C /tmp/simcse-before
     python scripts/benchmark_against_checkout.py --checkout /tmp/simcse-before              # bf16, 2 rounds
-    python scripts/benchmark_against_checkout.py --checkout . --old-args --optim adamw_torch  # one option, same code
+    python scripts/benchmark_against_checkout.py --checkout . --new-args='--torch_compile true'  # one option, same code
 
 Each measurement is a fresh ``scripts/benchmark_train.py`` worker process (our trainer, unsupervised SimCSE on
 the first wiki1m sentences; same model, batch, ``max_seq_length``, seed and timing rules: ``warmup`` untimed
@@ -22,6 +22,7 @@ for a descheduled partner).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -50,8 +51,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--by", choices=["wall", "cpu"], default="wall",
                    help="what the per-round speed-up (and its agreement check) compares: wall time, or process CPU "
                         "time (steadier on a shared machine, with --threads 1 especially)")
-    p.add_argument("--old-args", nargs="*", default=[], help="extra simcse.training.train options, old side")
-    p.add_argument("--new-args", nargs="*", default=[], help="extra simcse.training.train options, new side")
+    p.add_argument("--old-args", type=shlex.split, default=[],
+                   help="extra simcse.training.train options of the old side, one string: --old-args='--optim adamw_torch'")
+    p.add_argument("--new-args", type=shlex.split, default=[], help="the same for the new side")
     args = p.parse_args(argv)
     if not (args.checkout / "scripts" / "benchmark_train.py").is_file():
         p.error(f"--checkout {args.checkout}: no scripts/benchmark_train.py there (expected a simcse checkout)")
