@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> dict:
         wall = sum(x["wall_s"] for x in rs) / steps
         cpu = sum(x["cpu_s"] for x in rs) / steps
         flops = model_flops(shape, sum(x["tokens"] for x in rs), sum(x["sum_sq"] for x in rs)) / steps
-        out[side] = {"sent_s": args.batch_size / wall, "s_step": wall, "cpu_step": cpu, "mfu": flops / wall / peak}
-        print(f"{side}: {out[side]['sent_s']:.1f} sentences/s, {wall:.3f} s/step, MFU {100 * out[side]['mfu']:.1f}% of "
-              f"{peak / 1e9:.0f} GFLOP/s ({args.precision}, shape-matched), rounds {a + 1}-{b}")
+        out[side] = {"sent_s": args.batch_size / wall, "s_step": wall, "cpu_step": cpu, "mfu": flops / wall / peak,
+                     "mfu_cpu": flops / (cpu / args.threads) / peak}  # as if the threads had the cores to themselves
+        print(f"{side}: {out[side]['sent_s']:.1f} sentences/s, {wall:.3f} s/step (CPU {cpu:.3f}), MFU "
+              f"{100 * out[side]['mfu']:.1f}% (by CPU time {100 * out[side]['mfu_cpu']:.1f}%) of {peak / 1e9:.0f} GFLOP/s "
+              f"({args.precision}, shape-matched), rounds {a + 1}-{b}")
     speedup = out["old"]["s_step"] / out["new"]["s_step"]
     cpu_ratio = out["old"]["cpu_step"] / out["new"]["cpu_step"]  # steadier than wall time on a shared machine
     print(f"per-round speed-ups by {args.by} time {' '.join(f'{x:.2f}' for x in ratios)}" + ("" if stable else " (unsteady)"))
