@@ -19,9 +19,15 @@ warm-up step to the end of the last step: data loading, collation, forward, back
 alternate ours, theirs / theirs, ours per round so that a slow-down from other jobs falls on both sides. The
 process CPU time per step is reported too (steadier than wall time when other jobs share the cores).
 
-Model FLOPs utilisation (MFU): useful FLOPs per step / s per step / the dense GEMM ceiling measured in this
-run (``torch.matmul``, same thread count: 1024 and 2048 squares and the encoder's own linear-layer shapes,
-best of several, once before and once after the training runs; the highest rate is used). Useful FLOPs count the *non-padded* tokens actually in each timed
+Model FLOPs utilisation (MFU): useful FLOPs per step / s per step / the shape-matched GEMM ceiling measured in
+this run (:func:`simcse.research.flops.gemm_ceiling`, same thread count): the encoder's own linear-layer products
+at the real token count of a step (estimated before the runs by tokenizing the benchmark's sentences), each
+warmed up, then best of 2 passes x 8 products, combined as total FLOPs / total time; a large square product is
+reported beside it. The ceiling is measured before and after the training runs; while the two disagree by
+more than 10% the script says so and measures again (``--max-extra`` times at most), and MFU is against the
+highest. Per precision, a round whose speed-up disagrees with the previous round's by more than 10% is
+repeated likewise (:func:`simcse.research.flops.repeat_until_stable`) and the agreeing rounds are reported.
+Every measurement line ends with the 1-minute load average. Useful FLOPs count the *non-padded* tokens actually in each timed
 batch: ``6 * P * tokens`` (per token and weight of the encoder's linear layers, 2 FLOPs forward and 4
 backward; P = the non-embedding linear weights) ``+ 12 * layers * hidden * sum(len_i^2)`` (attention scores and mixing, forward
 and backward). The padded-token FLOPs are printed too (what a padded implementation computes).
