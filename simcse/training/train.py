@@ -16,6 +16,7 @@ from pathlib import Path
 from simcse.training.compat import check_output_dir
 from simcse.training.build import SetupError, build
 from simcse.training.config import ConfigError, load_config
+from simcse.training.precision import resolve_bf16_auto
 
 logger = logging.getLogger("simcse.training.train")
 # a config's training data, replaced as a whole when the command line gives --train_file or --dataset_name
@@ -84,6 +85,7 @@ def parse_args(argv: list[str]):
             prefix += [f"--{key}", json.dumps(value) if isinstance(value, (list, dict)) else str(value)]
         argv = prefix + argv
     argv = translate_legacy_args(argv)
+    argv = resolve_bf16_auto(argv, say=lambda line: print(line, flush=True))  # --bf16 auto -> true / false
     argv = argv + _precision_flags(argv)
     try:
         model_args, data_args, training_args, run_args = parser.parse_args_into_dataclasses(args=argv)
@@ -119,9 +121,11 @@ def _last_value(argv: list[str], flag: str) -> str | None:
 
 def _asks_bf16(argv: list[str]) -> bool:
     """Whether ``argv`` sets HF's ``--bf16`` to true (``--bf16``, ``--bf16 true``, ``--bf16=1``, ...)."""
-    if "--bf16" not in argv and _last_value(argv, "--bf16") is None:
+    where = [i for i, a in enumerate(argv) if a == "--bf16" or a.startswith("--bf16=")]
+    if not where:
         return False
-    value = _last_value(argv, "--bf16")
+    i = where[-1]  # the last one counts (a config's value comes first)
+    value = argv[i].partition("=")[2] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else None)
     return value is None or value.startswith("--") or value.lower() in ("true", "1", "yes")
 
 

@@ -129,6 +129,15 @@ def test_attention_core_math_path_equals_sdpa():
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, scale=0.3)
     got = unpadded._attention_core(q, k, v, key_mask, dropout=1e-12, scaling=0.3)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    for fast in (False, True):  # gradients too (the key mask is applied in place), torch's and our dropout masks
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        grads = torch.autograd.grad(unpadded._attention_core(*leaves, key_mask, dropout=1e-12, scaling=0.3,
+                                                             fast_dropout=fast).square().sum(), leaves)
+        ref_leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        ref_grads = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+            *ref_leaves, attn_mask=key_mask, scale=0.3).square().sum(), ref_leaves)
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # and it does drop: with p = 0.5 about half of the attention weights are zeroed
     torch.manual_seed(0)
     dropped = unpadded._attention_core(q, k, torch.eye(5).expand(3, 2, 5, 5), key_mask, dropout=0.5, scaling=0.3)
@@ -142,13 +151,15 @@ def test_attention_buckets_cover_every_token_once_in_row_order():
     keep[3] = False                                 # an empty row
     keep[5] = True                                  # a full row
     total = int(keep.sum())
-    buckets, restore = unpadded._attention_buckets(keep, max_buckets=4)
+    buckets, gather, slot_of, token_of_slot = unpadded._attention_buckets(keep, max_buckets=4)
     assert 1 < len(buckets) <= 4
     lengths = keep.sum(1)
     packed = torch.arange(total, dtype=torch.float32)[:, None, None]  # (T, 1, 1): token i holds the value i
-    outs, widths = [], []
-    for gather, rows, width, key_mask, real in buckets:
-        grid = packed.index_select(0, gather).view(rows, width)  # (R, W)
+    slots = packed.index_select(0, gather)  # (S, 1, 1)
+    widths, start = [], 0
+    for begin, rows, width, key_mask in buckets:
+        assert begin == start  # buckets follow each other in the slots
+        grid = slots[begin:begin + rows * width].view(rows, width)  # (R, W)
         assert key_mask.shape == (rows, 1, 1, width) and width == int(key_mask.sum(-1).max())
         for r in range(rows):
             n = int(key_mask[r].sum())
@@ -156,11 +167,57 @@ def test_attention_buckets_cover_every_token_once_in_row_order():
                 continue  # the empty row: nothing to attend
             got = grid[r, :n]
             assert torch.equal(got, got[0] + torch.arange(n, dtype=torch.float32))  # one sentence, in order
-        outs.append(packed.index_select(0, gather).index_select(0, real))
         widths.append(width)
+        start += rows * width
+    assert start == gather.numel() == token_of_slot.numel()
     assert widths == sorted(widths, reverse=True) and widths[0] == int(lengths.max())
-    torch.testing.assert_close(torch.cat(outs).index_select(0, restore), packed)
-    assert sum(int(b[3].sum()) for b in buckets) == total
+    torch.testing.assert_close(slots.index_select(0, slot_of), packed)  # each token's own slot holds it
+    real = token_of_slot < total
+    assert int(real.sum()) == total == sum(int(b[3].sum()) for b in buckets)
+    assert torch.equal(token_of_slot[real], gather[real]) and bool((token_of_slot[~real] == total).all())
+
+
+def test_layout_for_heads_fills_contiguous_bucket_blocks_of_token_head_rows():
+    gen = torch.Generator().manual_seed(1)
+    keep = torch.rand(9, 7, generator=gen) < 0.7
+    keep[:, 0] = True
+    layout = unpadded._Layout(keep, max_buckets=3)
+    heads, total = 3, int(keep.sum())
+    buckets, gather, slot_of, token_of_slot = layout.for_heads(heads)
+    assert layout.for_heads(heads)[1] is gather  # computed once per head count
+    rows = torch.arange(total * heads)  # row t*h + j holds its own number
+    slots = rows.index_select(0, gather).split([r * heads * w for r, w, _ in buckets])
+    base_buckets, base_gather = unpadded._attention_buckets(keep, max_buckets=3)[:2]
+    for (r, w, key_mask), block, (start, _, _, _) in zip(buckets, slots, base_buckets):
+        grid = block.view(r, heads, w)  # (R, h, W)
+        tokens = base_gather[start:start + r * w].view(r, w)
+        for j in range(heads):
+            real = key_mask.view(r, w)
+            assert torch.equal(grid[:, j][real], (tokens * heads + j)[real])  # token t, head j at [row, j, pos]
+    assert torch.equal(rows.index_select(0, gather).index_select(0, slot_of), rows)  # every row's own slot
+    real = token_of_slot < total * heads
+    assert int(real.sum()) == total * heads and bool((token_of_slot[~real] == total * heads).all())
+
+
+def test_row_gather_backward_gathers_the_real_slots_gradient():
+    """_RowGather: forward = index_select; backward = index_select's own where padding slots get no gradient."""
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    index = torch.tensor([2, 0, 0, 4, 1, 3, 3])     # slots 2 and 6 are padding (repeat a neighbour)
+    inverse = torch.tensor([1, 4, 0, 5, 3])         # each row's own slot
+    grad = torch.randn(7, 3, dtype=torch.float64)
+    grad[[2, 6]] = 0                                  # what attention gives padding slots
+    y = unpadded._RowGather.apply(x, index, inverse, False)
+    torch.testing.assert_close(y, x.index_select(0, index))
+    (got,) = torch.autograd.grad(y, x, grad)
+    (want,) = torch.autograd.grad(x.index_select(0, index), x, grad)
+    torch.testing.assert_close(got, want)
+    # the way back: slots -> tokens, padding slots (named 5 = the appended zero row) get no gradient
+    s = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    back = unpadded._RowGather.apply(s, inverse, torch.tensor([2, 0, 5, 4, 1, 3, 5]), True)
+    g = torch.randn(5, 3, dtype=torch.float64)
+    (got,) = torch.autograd.grad(back, s, g)
+    (want,) = torch.autograd.grad(s.index_select(0, inverse), s, g)
+    torch.testing.assert_close(got, want)
 
 
 def test_padding_free_with_mixed_lengths_equals_padded(tiny_bert_dir):
