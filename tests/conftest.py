@@ -9,6 +9,8 @@ import json
 import logging
 import math
 import os
+import socket
+import time
 import zlib
 from pathlib import Path
 
@@ -426,3 +428,38 @@ def logs_warning(fragment: str, logger: str = "simcse.models.inference"):
         log.removeHandler(handler)
     msgs = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert any(fragment in m for m in msgs), f"no warning with {fragment!r} logged by {logger}: {msgs}"
+
+
+# ------------------------------------------------------------------------------------ several processes
+def free_port() -> int:
+    """A free TCP port on the loopback interface (for a gloo rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_processes(worker, args: tuple, nprocs: int, timeout_s: float) -> None:
+    """Run ``worker(rank, *args)`` in ``nprocs`` spawned processes; fail when they take over ``timeout_s`` (the CPU is
+    shared) or one fails; the processes are killed on the way out."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(worker, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{nprocs}-process gloo run did not finish in {timeout_s:.0f} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+
+
+def make_mlm_model(folder, dropout: float = 0.1):
+    """:func:`make_tiny_model` plus a masked-LM head saved beside it (a checkpoint ``--do_mlm`` can train)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    model = make_tiny_model(folder, "bert", dropout=dropout)
+    torch.manual_seed(0)
+    BertForMaskedLM(BertConfig.from_pretrained(model)).save_pretrained(model)
+    return model

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import time
 
 import pytest
 import torch
 
-from conftest import make_tiny_model, random_sentences
+from conftest import free_port, make_tiny_model, random_sentences, run_processes
 
 WORLD, GLOBAL = 2, 8
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _first_step(base: str, rank: int | None):
@@ -57,20 +50,10 @@ def _worker(rank: int, port: int, base: str) -> None:
 
 @pytest.mark.slow
 def test_two_gloo_processes_train_the_same_global_batch_as_one(tmp_path, monkeypatch):
-    import torch.multiprocessing as mp
-
     make_tiny_model(tmp_path / "model", "bert", dropout=0.0)
     (tmp_path / "train.txt").write_text("\n".join(random_sentences(32)) + "\n")
     (tmp_path / "cfg.json").write_text(json.dumps({"global_batch_size": GLOBAL, "learning_rate": 1e-3}))
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=False, start_method="spawn")
-    deadline = time.monotonic() + 300  # the CPU is shared
-    try:
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, "2-process gloo run did not finish"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_processes(_worker, (free_port(), str(tmp_path)), WORLD, timeout_s=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     per_device, single_loss = _first_step(str(tmp_path), None)

@@ -10,13 +10,11 @@ gradient averaging. Dropout is off so the comparison is exact up to float roundi
 from __future__ import annotations
 
 import os
-import socket
-import time
 
 import pytest
 import torch
 
-from conftest import make_tiny_model, random_sentences
+from conftest import free_port, make_tiny_model, random_sentences, run_processes
 
 WORLD = 2
 GLOBAL_BATCH = 8
@@ -33,11 +31,6 @@ CONFIGS = {
     "triplets_reference_gather": (3, None, False, "reference", "avg"),
 }
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _reference_gather(x):
@@ -135,7 +128,6 @@ def _global_batches(tokenizer):
 
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory):
-    import torch.multiprocessing as mp
     from transformers import BertConfig, BertForMaskedLM
 
     base = tmp_path_factory.mktemp("ddp")
@@ -148,17 +140,7 @@ def ddp_results(tmp_path_factory):
     torch.save(data, base / "data.pt")
     out = base / "out"
     out.mkdir()
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(model_dir), str(base / "data.pt"), str(out)),
-                             nprocs=WORLD, join=False, start_method="spawn")
-    deadline = time.monotonic() + 240  # generous: the CPU is shared; normally ~15 s
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                raise TimeoutError("2-process gloo test did not finish")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_processes(_worker, (free_port(), str(model_dir), str(base / "data.pt"), str(out)), WORLD, timeout_s=240)
     ranks = [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 
     # single process, whole global batch, same weights

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import logged_losses, make_tiny_model, random_sentences, run_training
+from conftest import logged_losses, make_mlm_model, random_sentences, run_training
 
 OPTIONS = {
     "unsupervised": [],
@@ -24,12 +24,8 @@ OPTIONS = {
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from transformers import BertConfig, BertForMaskedLM
-
     root = tmp_path_factory.mktemp("resume_options")
-    model = make_tiny_model(root / "model", "bert", dropout=0.1)
-    torch.manual_seed(0)
-    BertForMaskedLM(BertConfig.from_pretrained(model)).save_pretrained(model)  # an MLM head for --do_mlm
+    make_mlm_model(root / "model")  # with an MLM head for --do_mlm
     sents = random_sentences(96, seed=5)
     (root / "train.txt").write_text("\n".join(sents[:40]) + "\n")
     with open(root / "triplets.csv", "w", newline="") as f:

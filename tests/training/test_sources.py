@@ -10,7 +10,7 @@ import torch
 from conftest import (
     csv_rows,
     logged_losses,
-    make_tiny_model,
+    make_mlm_model,
     random_sentences,
     run_training,
     training_error,
@@ -23,12 +23,8 @@ datasets = pytest.importorskip("datasets")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from transformers import BertConfig, BertForMaskedLM
-
     root = tmp_path_factory.mktemp("sources")
-    model = make_tiny_model(root / "model", "bert", dropout=0.1)
-    torch.manual_seed(0)
-    BertForMaskedLM(BertConfig.from_pretrained(model)).save_pretrained(model)  # an MLM head for --do_mlm
+    make_mlm_model(root / "model")  # with an MLM head for --do_mlm
     sents = random_sentences(64, seed=3)
     (root / "train.txt").write_text("\n".join(sents) + "\n")
     hub = root / "hub"

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import time
 
 import pytest
 import torch
-from conftest import make_tiny_model, random_sentences
+from conftest import free_port, make_tiny_model, random_sentences, run_processes
 
 pytest.importorskip("datasets")
 
 WORLD, BATCH, STEPS = 2, 4, 3
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, port: int, base: str) -> None:
@@ -52,22 +45,13 @@ def _worker(rank: int, port: int, base: str) -> None:
 
 @pytest.mark.slow
 def test_two_gloo_processes_read_disjoint_parts_of_the_stream(tmp_path):
-    import torch.multiprocessing as mp
     from transformers import AutoTokenizer
 
     make_tiny_model(tmp_path / "model", "bert", dropout=0.0)
     sents = random_sentences(40, seed=7)
     (tmp_path / "hub").mkdir()
     (tmp_path / "hub" / "corpus.txt").write_text("\n".join(sents) + "\n")
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=False, start_method="spawn")
-    deadline = time.monotonic() + 600  # the CPU is shared
-    try:
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, "2-process gloo run did not finish"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_processes(_worker, (free_port(), str(tmp_path)), WORLD, timeout_s=600)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert [r["steps"] for r in ranks] == [STEPS] * WORLD
     parts = [[tuple(ids) for ids in r["seen"]] for r in ranks]
