@@ -265,3 +265,9 @@ def test_dataset_source_errors(tmp_path, tiny_bert_dir, dataset_folders, corpus,
         err = capsys.readouterr().err
         assert expected in err and err.count("\n") == 1, err
         assert not out.exists()
+
+
+def test_search_on_a_missing_index_folder_says_so(tmp_path, capsys):
+    assert cli.main(["search", "--index", str(tmp_path / "nosuch"), "--query", "a man"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a folder: expected a folder written by 'simcse index'" in err and "--model" not in err

@@ -171,18 +171,45 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     try:
         with quiet_transformers_bars():
             encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
-    except pickle.UnpicklingError as e:  # torch.load(weights_only=True) met an object that is not a tensor
-        detail = next((line for line in str(e).splitlines() if "GLOBAL" in line), "").strip()
-        raise ValueError(
-            f"refusing to load the pickle-based weights of {path!r}: they hold objects other than tensors, which "
-            f"only an unsafe torch.load(weights_only=False) would run{f' ({detail})' if detail else ''}; "
-            "expected model.safetensors (convert trusted weights with safetensors)"
-        ) from None
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError" and not isinstance(e, pickle.UnpicklingError):
+            raise
+        if isinstance(e, pickle.UnpicklingError):  # torch.load(weights_only=True) met an object that is not a tensor
+            _refuse_pickle(path, e)
+        raise OSError(f"cannot read the weights in {path!r}: {str(e).splitlines()[0]} (a truncated or corrupt "
+                      "model.safetensors? save or copy the model again)") from None
     hf_pooler = getattr(encoder, "pooler", None)
     if not isinstance(hf_pooler, nn.Module):
         return encoder, None
     encoder.pooler = None
     return encoder, hf_pooler
+
+
+def _refuse_pickle(path: str, e: Exception) -> None:
+    """ValueError for pickle-based weights that hold more than tensors (``torch.load(weights_only=True)`` refused)."""
+    detail = next((line for line in str(e).splitlines() if "GLOBAL" in line), "").strip()
+    raise ValueError(
+        f"refusing to load the pickle-based weights of {path!r}: they hold objects other than tensors, which "
+        f"only an unsafe torch.load(weights_only=False) would run{f' ({detail})' if detail else ''}; "
+        "expected model.safetensors (convert trusted weights with safetensors)"
+    ) from None
+
+
+# the files an HF tokenizer reads its vocabulary from (fast tokenizers; WordPiece; BPE; SentencePiece)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model", "source.spm")
+
+
+def _check_tokenizer_files(path: str) -> None:
+    """FileNotFoundError when the local model folder ``path`` holds no tokenizer vocabulary.
+
+    Without one, transformers builds an empty tokenizer that maps every word to ``[UNK]``: the model then
+    loads and encodes without an error, into embeddings that say nothing about the sentences.
+    """
+    if not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(f"model folder {path!r} has no tokenizer: expected one of {list(TOKENIZER_FILES)} "
+                                "(save the tokenizer with the model: tokenizer.save_pretrained(folder))")
+
 
 def _check_tokenizer_fits(tokenizer, encoder) -> None:
     """ValueError when ``tokenizer`` makes token ids the encoder's embedding matrix has no row for.
@@ -326,7 +353,12 @@ class SavedFolder:
         f = Path(path) / SIMCSE_CONFIG_NAME
         if not f.is_file():
             return None
-        cfg = json.loads(f.read_text())
+        try:
+            cfg = json.loads(f.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{f} is not valid JSON ({e}); expected the file save_pretrained writes") from None
+        if not isinstance(cfg, dict) or "pooler_type" not in cfg:
+            raise ValueError(f"{f} has no pooler_type; expected the file save_pretrained writes")
         if cfg.get("format_version", 0) > FORMAT_VERSION:
             raise ValueError(f"{f} has format_version {cfg['format_version']}; this simcse reads <= {FORMAT_VERSION}")
         return cfg
@@ -378,6 +410,8 @@ class SavedFolder:
         get_pooler(pooler_type)  # fail on a bad name before loading weights
         if mlp_only_train is None:
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
+        if is_local:
+            _check_tokenizer_files(path)
         encoder, hf_pooler = _load_encoder(path, trust_remote_code=trust_remote_code, **hf_kwargs)
         hf_dense = _pooler_dense(hf_pooler)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,

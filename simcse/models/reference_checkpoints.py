@@ -52,13 +52,20 @@ def _read_tensors(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, torch.Te
 
     Pickled ``.bin`` files are read with ``torch.load(weights_only=True)``: only tensors, never code; a file
     holding anything else gives ``({}, False)`` here and is refused by the encoder loader.
+
+    Raises:
+        OSError: a ``.safetensors`` file that cannot be read (truncated or corrupt); the message names it.
     """
     if path.suffix == ".safetensors":
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(path), framework="pt") as f:
-            names = list(f.keys())
-            found = {k: f.get_tensor(k) for k in keys if k in names}
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                names = list(f.keys())
+                found = {k: f.get_tensor(k) for k in keys if k in names}
+        except SafetensorError as e:
+            raise OSError(f"cannot read the weights in {str(path.parent)!r}: {str(e).splitlines()[0]} (a truncated "
+                          f"or corrupt {path.name}? save or copy the model again)") from None
     else:
         import pickle
 

@@ -123,6 +123,8 @@ def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[
         ValueError: no model given or recorded; a given model/pooler that differs from the recorded one;
             ``index`` is not a saved index.
     """
+    if not Path(index).is_dir():
+        raise ValueError(f"--index {index!r} is not a folder: expected a folder written by 'simcse index'")
     model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
     if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
         raise ValueError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")

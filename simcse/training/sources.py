@@ -235,8 +235,9 @@ class StreamingHooks(Trainer):
         ds = self.train_dataset
         if not isinstance(ds, StreamingTrainSet):
             return super().get_train_dataloader()
+        pin = self.args.dataloader_pin_memory and torch.cuda.is_available()  # pinning needs an accelerator
         return _StreamLoader(ds, batch_size=self._train_batch_size, collate_fn=self.data_collator, num_workers=0,
-                             pin_memory=self.args.dataloader_pin_memory)
+                             pin_memory=pin)
 
     def _save_rng_state(self, output_dir):
         super()._save_rng_state(output_dir)

@@ -86,3 +86,57 @@ def test_load_errors(tmp_path):
     folder = make_tiny_model(tmp_path / "m", "bert")
     with pytest.raises(ValueError, match="unknown pooler_type"):
         SimCSEModel.from_pretrained(str(folder), pooler_type="max")
+
+
+# ------------------------------------------------------------------ a folder that cannot be the model it claims
+def _copy_without(src, dst, names):
+    import shutil
+
+    shutil.copytree(src, dst, ignore=lambda d, files: [f for f in files if f in names])
+    return dst
+
+
+def test_a_folder_without_tokenizer_files_is_refused_not_encoded_with_an_empty_vocabulary(tiny_bert_dir, tmp_path, capsys):
+    """Without a vocabulary file transformers builds a tokenizer that maps every word to [UNK]; the model would
+    load and encode sentences into embeddings that say nothing about them."""
+    from simcse import SimCSE
+    from simcse.cli import main as cli_main
+    from simcse.models.folder import TOKENIZER_FILES
+
+    folder = _copy_without(tiny_bert_dir, tmp_path / "notok", set(TOKENIZER_FILES) | {"tokenizer_config.json",
+                                                                                        "special_tokens_map.json"})
+    with pytest.raises(FileNotFoundError, match=r"has no tokenizer: expected one of \['tokenizer.json'"):
+        SimCSE(str(folder), device="cpu")
+    (tmp_path / "s.txt").write_text("a man plays\n")
+    assert cli_main(["encode", "--model", str(folder), "--input", str(tmp_path / "s.txt"),
+                     "--output", str(tmp_path / "e.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model folder") and "has no tokenizer" in err and err.count("\n") == 1
+    assert not (tmp_path / "e.npy").exists()
+
+
+def test_truncated_weights_are_one_line_naming_the_folder(tiny_bert_dir, tmp_path, capsys):
+    from simcse.cli import main as cli_main
+
+    folder = _copy_without(tiny_bert_dir, tmp_path / "trunc", set())
+    w = folder / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    (tmp_path / "s.txt").write_text("a man plays\n")
+    assert cli_main(["encode", "--model", str(folder), "--input", str(tmp_path / "s.txt"),
+                     "--output", str(tmp_path / "e.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"cannot read the weights in {str(folder)!r}" in err
+    assert "truncated or corrupt" in err
+    assert err.count("\n") == 1
+
+
+def test_malformed_simcse_config_names_the_file(tiny_bert_dir, tmp_path):
+    from simcse import SimCSEModel
+
+    folder = _copy_without(tiny_bert_dir, tmp_path / "badcfg", set())
+    (folder / "simcse_config.json").write_text("{pooler_type: avg}")
+    with pytest.raises(ValueError, match=r"simcse_config.json is not valid JSON"):
+        SimCSEModel.from_pretrained(str(folder))
+    (folder / "simcse_config.json").write_text("[]")
+    with pytest.raises(ValueError, match=r"simcse_config.json has no pooler_type"):
+        SimCSEModel.from_pretrained(str(folder))
