@@ -271,3 +271,13 @@ def test_search_on_a_missing_index_folder_says_so(tmp_path, capsys):
     assert cli.main(["search", "--index", str(tmp_path / "nosuch"), "--query", "a man"]) == 2
     err = capsys.readouterr().err
     assert "is not a folder: expected a folder written by 'simcse index'" in err and "--model" not in err
+
+
+def test_index_of_an_empty_input_is_refused_and_writes_nothing(tiny_bert_dir, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    out = tmp_path / "idx"
+    assert cli.main(["index", "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", str(tmp_path / "empty.txt"),
+                     "--output", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no sentence" in err and "nothing written" in err and err.count("\n") == 1
+    assert not out.exists()

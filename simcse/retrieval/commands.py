@@ -199,6 +199,9 @@ def cmd_index(args) -> int:
     tool = _tool(args, args.model)
     tool.build_index(source, use_faiss=args.use_faiss, batch_size=args.batch_size,
                      column=args.column, chunk_size=args.chunk_size, **params)
+    if tool.index.ntotal == 0:  # an empty index searches nothing: refused as the IVF kinds are, nothing written
+        raise UsageError(f"{args.input or args.dataset_name!r} holds no sentence (only blank lines or nothing): "
+                         "nothing to index; nothing written")
     tool.save_index(args.output)
     print(f"indexed {len(tool.sentences)} sentences ({type(tool.index).__name__}) into {args.output}", file=sys.stderr)
     return 0
