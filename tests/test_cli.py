@@ -281,3 +281,11 @@ def test_index_of_an_empty_input_is_refused_and_writes_nothing(tiny_bert_dir, tm
     err = capsys.readouterr().err
     assert "holds no sentence" in err and "nothing written" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_search_on_a_folder_that_holds_no_index(tmp_path, tiny_bert_dir, capsys):
+    (tmp_path / "idx").mkdir()
+    assert cli.main(["search", "--index", str(tmp_path / "idx"), "--query", "a man"]) == 2
+    assert "simcse_index.json is missing: pass --model" in capsys.readouterr().err
+    assert cli.main(["search", "--index", str(tmp_path / "idx"), "--model", str(tiny_bert_dir), "--query", "a man"]) == 2
+    assert "is not a saved index: index_config.json is missing" in capsys.readouterr().err

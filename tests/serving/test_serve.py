@@ -410,8 +410,8 @@ def test_serve_loads_an_index_folder_written_by_simcse_index(tiny_bert_dir, tmp_
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--index", "no/such/dir"], "no --model and no/such/dir/simcse_index.json is missing"),
-    (["--model", "M", "--index", "no/such/dir"], "is not a saved index"),
+    (["--index", "no/such/dir"], "--index 'no/such/dir' is not a folder: expected a folder written by 'simcse index'"),
+    (["--model", "M", "--index", "no/such/dir"], "--index 'no/such/dir' is not a folder"),
     (["--model", "{tiny}", "--input", "no/such/file.txt"], "--input 'no/such/file.txt' is not a file"),
     (["--max-lines", "0"], "--max-lines must be a positive integer, got 0"),
     (["--model", "{tiny}", "--input", "{corpus}", "--port", "70000"], "--port must be between 0 and 65535"),
