@@ -1,0 +1,110 @@
+"""Training objectives: one registry, one module per objective (``--loss NAME --loss_args '{json}'``).
+
+:func:`register_objective` adds a subclass of :class:`~simcse.training.objectives.base.Objective` under its
+name; :func:`get_objective` looks one up (an unknown name is refused with the list of valid ones, as the
+pooler registry does); :func:`build_objective` constructs one from ``--loss_args``. The built-in objectives
+are registered when this package is imported; an objective defined anywhere else (a notebook, a test file, a
+user package) registers itself the same way and is then available to ``simcse train --loss`` in that process.
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from simcse.training.objectives.base import LossContext, Objective
+
+__all__ = ["OBJECTIVES", "Objective", "LossContext", "register_objective", "get_objective", "build_objective",
+           "parse_loss_args"]
+
+OBJECTIVES: dict[str, type[Objective]] = {}
+
+
+def register_objective(cls: type[Objective] | None = None, *, name: str | None = None, replace: bool = False):
+    """Register an :class:`Objective` subclass under ``name`` (default ``cls.name``); usable as a decorator.
+
+    Raises:
+        TypeError: ``cls`` is not an Objective subclass. ValueError: no name, or the name is taken by another
+            class (pass ``replace=True`` to override on purpose).
+    """
+    def deco(c: type[Objective]) -> type[Objective]:
+        if not (isinstance(c, type) and issubclass(c, Objective)):
+            raise TypeError(f"register_objective expects a subclass of Objective, got {c!r}")
+        key = name or c.name
+        if not key:
+            raise ValueError(f"objective class {c.__name__} has no name: set the class attribute `name`")
+        if key in OBJECTIVES and OBJECTIVES[key] is not c and not replace:
+            raise ValueError(f"objective name {key!r} is already registered by {OBJECTIVES[key].__name__}; "
+                             "pass replace=True to override it")
+        OBJECTIVES[key] = c
+        return c
+
+    return deco(cls) if cls is not None else deco
+
+
+def get_objective(name: str) -> type[Objective]:
+    """The registered objective class ``name``.
+
+    Raises:
+        ValueError: ``name`` is not registered; the message lists the valid names.
+    """
+    _load_builtins()
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown --loss {name!r}; expected one of {sorted(OBJECTIVES)}")
+    return OBJECTIVES[name]
+
+
+def parse_loss_args(loss_args) -> dict:
+    """``--loss_args`` as a dict: a JSON object string, a dict, or None/"" (no arguments).
+
+    Raises:
+        ValueError: not valid JSON, or not an object (the message names ``--loss_args``).
+    """
+    if loss_args is None or loss_args == "":
+        return {}
+    if isinstance(loss_args, dict):
+        return dict(loss_args)
+    try:
+        value = json.loads(loss_args)
+    except (TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"--loss_args must be a JSON object such as '{{\"temp\": 0.05}}', got {loss_args!r}: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--loss_args must be a JSON object, got {type(value).__name__}: {loss_args!r}")
+    return value
+
+
+def build_objective(name: str, loss_args=None) -> Objective:
+    """Construct the registered objective ``name`` with the keyword arguments of ``loss_args``.
+
+    Raises:
+        ValueError: unknown name, bad ``--loss_args`` JSON, an argument the objective does not take (the
+            message lists the ones it takes), or a value the objective refuses.
+    """
+    import inspect
+
+    cls = get_objective(name)
+    kwargs = parse_loss_args(loss_args)
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        allowed = [p for p in params if p != "self"]
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise ValueError(f"--loss_args for --loss {name}: unknown key(s) {unknown}; it takes {allowed}")
+    return cls(**kwargs)
+
+
+_loaded = False
+
+
+def _load_builtins() -> None:
+    """Import every module of this package once (each built-in objective registers itself on import), so adding
+    an objective is adding one file."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base" and not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")

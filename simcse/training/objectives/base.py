@@ -1,0 +1,153 @@
+"""The objective interface: what a training objective declares, owns and computes.
+
+An objective is an ``nn.Module`` (as a sentence-transformers loss is). The trainer encodes every view of a
+batch in one pass and hands the (B, V, H) embeddings to :meth:`Objective.loss`; everything else an objective
+needs it declares as class attributes (checked once, at setup, before anything expensive) or owns as
+submodules and buffers (a momentum encoder, a queue, a discriminator), which the trainer trains (parameters
+with ``requires_grad``), moves to the device, saves in every checkpoint (``objective.safetensors`` plus
+``get_extra_state()``) and restores on resume, but never writes into the inference folder.
+
+Views are numbered from 0: view 0 the queries (anchors), view 1 the positives, views 2.. negatives.
+A one-sentence row (``sent0`` only) is repeated :attr:`Objective.single_view_copies` times by the collator, so
+the copies differ only by dropout (unsupervised SimCSE). Rows with more text columns become one view per
+column, in the order ``sent0, sent1, hard_neg, neutral`` (the reference's CSV layout). Numeric columns named
+in :attr:`Objective.label_columns` (e.g. ``score``) reach the batch as float32 tensors (B,).
+
+Losses: :meth:`Objective.loss` returns a scalar tensor or a dict ``{name: scalar}``; a dict's parts are summed
+into the training loss and each is logged under ``loss_<name>`` (as sentence-transformers logs loss
+components). It must be a function of the embeddings it is given (plus the objective's own state and any
+*detached* extra computation): under gradient caching it runs once on the whole batch's embeddings, turned
+into a leaf, and its gradient is pushed back chunk by chunk. A term that needs the encoder's graph beyond the
+embeddings (the MLM head on token states, a discriminator on token states) goes in :meth:`Objective.chunk_loss`,
+which the trainer adds per encoder call (the whole batch without gradient caching, each chunk with it); the
+chunk's own embeddings (with their graph) and inputs are passed, so such terms compose with GradCache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping
+
+import torch
+from torch import nn
+
+__all__ = ["Objective", "LossContext", "Loss"]
+
+Loss = "torch.Tensor | dict[str, torch.Tensor]"
+
+
+@dataclass
+class LossContext:
+    """What the trainer tells an objective at a loss call or a step hook.
+
+    Attributes:
+        model: the unwrapped model being trained (a :class:`simcse.models.modeling.SimCSEModel`, or the
+            two-encoder wrapper); call it as ``model(input_ids=(N, L), attention_mask=(N, L)) -> (N, H)``.
+        rank, world: this process's rank and the number of processes (1 without torch.distributed).
+        global_step: optimizer steps done so far (HF's ``state.global_step``).
+        seed: the run's ``--seed``; objectives that draw random numbers seed them from (seed, step, rank).
+        gather: ``(b, ...) -> (world * b, ...)``: all ranks' rows concatenated in rank order, with gradients
+            flowing back to this rank's rows (:func:`simcse.training.distributed.all_gather_with_grad`);
+            identity in one process.
+        gather_nograd: the same without gradients (for queues and teacher scores).
+        batch_size: examples in this process's whole (micro-)batch, also when a chunk is processed.
+        full_batch: the whole (micro-)batch's inputs (B, V, L) and label columns, also when a chunk is processed.
+        log: ``log(name, value)`` records a float for the next HF log line (averaged over the logging window).
+    """
+
+    model: nn.Module
+    rank: int = 0
+    world: int = 1
+    global_step: int = 0
+    seed: int = 42
+    gather: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+    gather_nograd: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+    batch_size: int = 0
+    full_batch: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    log: Callable[[str, float], None] = lambda name, value: None
+
+
+class Objective(nn.Module):
+    """Base class of a training objective (subclass it, then register it with
+    :func:`simcse.training.objectives.register_objective`).
+
+    Class attributes (declarations, read at setup):
+        name: the registry name (``--loss NAME``).
+        input_columns: text columns a training row must have (a missing one is refused at setup, naming it).
+        optional_columns: further text columns used when present (e.g. ``hard_neg``).
+        label_columns: numeric columns carried into the batch as float32 (B,) tensors.
+        min_batch: the smallest per-device batch (examples) the loss is defined for.
+        single_view_copies: views made from a one-sentence row (2: two dropout views).
+        supports_gather: whether the loss is correct with in-batch negatives gathered over processes
+            (``context.gather``); False is refused at setup when more than one process trains.
+        supports_grad_cache: whether :meth:`loss` is a function of the embeddings only (see the module);
+            False is refused at setup with ``--gradient_cache_chunk_size``.
+        needs_text: the collator keeps the rows' text (for objectives that build their own views).
+
+    Constructor keyword arguments are the objective's hyperparameters (``--loss_args '{json}'``); a subclass
+    validates them in ``__init__`` and raises ``ValueError`` naming the bad key. :meth:`get_config_dict`
+    returns them (recorded in the run's card and checkpoints).
+    """
+
+    name: ClassVar[str] = ""
+    input_columns: ClassVar[tuple[str, ...]] = ("sent0",)
+    optional_columns: ClassVar[tuple[str, ...]] = ()
+    label_columns: ClassVar[tuple[str, ...]] = ()
+    min_batch: ClassVar[int] = 2
+    single_view_copies: ClassVar[int] = 2
+    supports_gather: ClassVar[bool] = True
+    supports_grad_cache: ClassVar[bool] = True
+    needs_text: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def setup(self, model: nn.Module, args: Any) -> None:
+        """Called once by the trainer before training with the unwrapped model and the training arguments:
+        build modules that depend on the model (a momentum copy of the encoder, a head of its hidden size).
+        Submodules created here are trained, checkpointed and restored like those made in ``__init__``."""
+
+    def loss(self, embeddings: torch.Tensor, batch: Mapping[str, torch.Tensor], context: LossContext):
+        """The objective on this process's (B, V, H) embeddings -> a float32 scalar or ``{name: scalar}``.
+
+        ``batch`` holds ``input_ids``/``attention_mask`` (B, V, L) int64 and the label columns (B,) float32.
+        """
+        raise NotImplementedError
+
+    def chunk_loss(self, embeddings: torch.Tensor, batch: Mapping[str, torch.Tensor], context: LossContext):
+        """Terms that need the encoder's graph beyond the embeddings, for one encoder call: ``embeddings``
+        (b, V, H) with their graph and ``batch`` the chunk's inputs (b = B without gradient caching).
+
+        Per-chunk values must add up to the whole batch's value (normalise by ``context.batch_size`` or a
+        count over ``context.full_batch``, not by the chunk). Returns None (nothing), a scalar or a dict."""
+        return None
+
+    def on_step_end(self, model: nn.Module, context: LossContext) -> None:
+        """Called after every optimizer step (a momentum update, a queue push)."""
+
+    def get_config_dict(self) -> dict:
+        """The hyperparameters this objective was built with (JSON-able)."""
+        return {}
+
+    # ------------------------------------------------------------------ declarations checked at setup
+    @classmethod
+    def check_columns(cls, columns: list[str], source: str) -> None:
+        """Refuse training data without the required columns.
+
+        Raises:
+            ValueError: a column of :attr:`input_columns` or :attr:`label_columns` is missing (names it, the
+                objective and the columns the data has).
+        """
+        missing = [c for c in (*cls.input_columns, *cls.label_columns) if c not in columns]
+        if missing:
+            raise ValueError(f"--loss {cls.name} needs the column(s) {missing} in the training data {source!r}; "
+                             f"it has {columns}")
+
+    @classmethod
+    def check_batch(cls, per_device: int, world: int, n_views: int) -> None:
+        """Refuse a per-device batch below :attr:`min_batch` (one home for "batch >= N").
+
+        Raises:
+            ValueError: naming ``per_device_train_batch_size`` and the minimum.
+        """
+        if per_device * max(1, world) < cls.min_batch:
+            raise ValueError(f"--loss {cls.name} needs at least {cls.min_batch} examples per batch (in-batch "
+                             f"negatives); got per_device_train_batch_size {per_device} x {world} process(es): "
+                             f"use per_device_train_batch_size >= {cls.min_batch}")
