@@ -126,6 +126,15 @@ class Objective(nn.Module):
         """The hyperparameters this objective was built with (JSON-able)."""
         return {}
 
+    def token_augmenter(self):
+        """A token-level augmentation of the positive view (view 1) that the collator applies, or None (default).
+
+        The callable has the interface of :class:`simcse.training.augment.AugmentingCollator`'s
+        ``token_augment``: ``f(input_ids: list[list[int]], rng: random.Random) -> list[list[int]]`` (lengths may
+        change; e.g. ESimCSE's word repetition). Its draws are keyed by (seed, epoch, example) like
+        ``--augmentation``'s; the two cannot be combined."""
+        return None
+
     # ------------------------------------------------------------------ declarations checked at setup
     @classmethod
     def check_columns(cls, columns: list[str], source: str) -> None:

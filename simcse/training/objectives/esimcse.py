@@ -1,0 +1,162 @@
+"""ESimCSE (Wu et al., COLING 2022, arXiv 2109.04380): word-repetition positives and a queue of momentum-encoder
+embeddings as extra negatives.
+
+Paper Eq. 3 (query ``h_i`` = the sentence, ``h_i^+`` = its word-repeated copy, ``h_m`` = the M queued
+momentum embeddings, ``sim`` cosine, ``tau`` the temperature)::
+
+    l_i = -log  e^{sim(h_i, h_i^+)/tau} / ( sum_j e^{sim(h_i, h_j^+)/tau} + sum_m e^{sim(h_i, h_m^+)/tau} )
+
+and the momentum encoder (Eq. 2) ``theta_e <- lambda theta_e + (1 - lambda) theta``.
+
+Transcribed from the official code (caskcsg/sentemb, ``ESimCSE/esimcse/models.py`` ``cl_forward`` and
+``ESimCSE/esimcse/trainers.py`` ``compute_loss``), whose facts this module follows:
+
+* the queue holds the momentum encoder's embeddings of view 0 (the *unrepeated* sentences) of past batches,
+  computed in eval mode (no dropout) through the *online* MLP head (the momentum copy is of the backbone
+  only), at most ``neg_size`` rows, first in first out; the first batch has none;
+* the momentum update uses the encoder's weights *before* the optimizer step of the batch whose embeddings it
+  then computes. Updating after each optimizer step (:meth:`on_step_end`) with the new weights gives the same
+  sequence of momentum weights: the weights the next batch's forward and queue entries see;
+* the queue is per process (the official code gathers the in-batch keys over processes, never the queue).
+
+Differences (docs/methods_family1.md): the official code empties the queue at every epoch start (the recipe is
+one epoch) and, with gradient accumulation, updates the momentum copy and the queue at every micro-batch;
+here both happen once per optimizer step (identical for the recipe's accumulation 1).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from simcse.training.losses import cosine_logits
+from simcse.training.objectives import register_objective
+from simcse.training.objectives.base import LossContext, Objective
+
+__all__ = ["ESimCSE"]
+
+_ENCODER_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@register_objective
+class ESimCSE(Objective):
+    """ESimCSE's loss: InfoNCE of view 0 against the in-batch view-1 keys and a momentum-embedding queue.
+
+    Args:
+        temp: temperature tau > 0 (official ``--temp`` 0.05).
+        momentum: lambda in [0, 1) of the momentum update (official ``--momentum`` 0.995).
+        neg_size: the queue's length M >= 1 (official ``--neg_size``: 160 for BERT-base).
+        dup_rate: the word-repetition rate of the positive view in [0, 1) (official ``--dup_rate``: 0.32 for
+            BERT-base; :mod:`simcse.training.word_repetition`).
+
+    State (checkpointed, never in the inference folder): ``momentum_encoder`` (a frozen copy of the model's
+    backbone), ``queue`` (neg_size, H) float32 and ``queue_len`` (the number of valid rows, the newest last).
+
+    Raises:
+        ValueError: a hyperparameter out of range (naming it); at setup, a model without one ``encoder``
+            backbone (``--two_encoders``).
+    """
+
+    name = "esimcse"
+    input_columns = ("sent0",)
+    single_view_copies = 2
+    supports_gather = True
+    supports_grad_cache = True
+
+    def __init__(self, temp: float = 0.05, momentum: float = 0.995, neg_size: int = 160, dup_rate: float = 0.32):
+        super().__init__()
+        if not (isinstance(temp, (int, float)) and math.isfinite(temp) and temp > 0):
+            raise ValueError(f"esimcse temp must be a finite number > 0, got {temp!r}")
+        if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+            raise ValueError(f"esimcse momentum must be in [0, 1), got {momentum!r}")
+        if isinstance(neg_size, bool) or not isinstance(neg_size, int) or neg_size < 1:
+            raise ValueError(f"esimcse neg_size must be an integer >= 1, got {neg_size!r}")
+        from simcse.training.word_repetition import WordRepetition
+
+        self.repetition = WordRepetition(dup_rate)  # validates dup_rate
+        self.temp, self.momentum, self.neg_size, self.dup_rate = float(temp), float(momentum), neg_size, float(dup_rate)
+        self.momentum_encoder: nn.Module | None = None
+        self._pending: list[torch.Tensor] = []
+
+    def get_config_dict(self) -> dict:
+        return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate}
+
+    def token_augmenter(self):
+        return self.repetition
+
+    # ------------------------------------------------------------------ lifecycle
+    def setup(self, model: nn.Module, args=None) -> None:
+        """Copy the backbone ``model.encoder`` (frozen, eval mode) and allocate the empty queue."""
+        encoder = getattr(model, "encoder", None)
+        if not isinstance(encoder, nn.Module) or getattr(model, "takes_views", False):
+            raise ValueError("--loss esimcse needs a model with one encoder backbone (its momentum copy); "
+                             "it cannot be combined with --two_encoders")
+        self.momentum_encoder = copy.deepcopy(encoder).requires_grad_(False).eval()
+        device = next(encoder.parameters()).device
+        self.register_buffer("queue", torch.zeros(self.neg_size, int(model.hidden_size), device=device))
+        self.register_buffer("queue_len", torch.zeros((), dtype=torch.long, device=device))
+
+    def _check_setup(self) -> None:
+        if self.momentum_encoder is None:
+            raise RuntimeError("ESimCSE.setup(model, args) must run before its loss (it builds the momentum encoder)")
+
+    @torch.no_grad()
+    def momentum_embeddings(self, model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The momentum encoder's (B, H) float32 embeddings of view 0: the model's forward with the backbone's
+        weights swapped for the momentum copy's, every module in eval mode (no dropout), then the model's own
+        MLP head when it is used in training only (the official momentum branch always applies ``cls.mlp``)."""
+        self._check_setup()
+        inputs = {k: batch[k][:, 0] for k in _ENCODER_KEYS if k in batch}
+        weights = {f"encoder.{k}": v for k, v in self.momentum_encoder.named_parameters()}
+        modes = [(m, m.training) for m in model.modules()]
+        model.eval()
+        try:
+            z = functional_call(model, weights, args=(), kwargs=inputs, strict=False)
+            if getattr(model, "mlp", None) is not None and getattr(model, "mlp_only_train", False):
+                z = model.mlp(z)
+        finally:
+            for m, mode in modes:
+                m.training = mode
+        return z.float()
+
+    def loss(self, embeddings: torch.Tensor, batch: Mapping[str, torch.Tensor], context: LossContext) -> torch.Tensor:
+        """Cross-entropy over [cos(z1_i, z2_j) for the (gathered) keys j, cos(z1_i, q_m) for the queue] / temp.
+
+        ``embeddings`` (B, 2, H): view 0 the sentences (queries), view 1 their word-repeated copies (keys).
+        During training (grad enabled, model in train mode) the momentum embeddings of this batch's view 0 are
+        computed now and enter the queue at :meth:`on_step_end`. Returns a float32 scalar."""
+        self._check_setup()
+        batch_size = embeddings.shape[0]
+        z1, z2 = embeddings[:, 0], embeddings[:, 1]
+        keys = context.gather(z2)  # (W*B, H)
+        labels = torch.arange(batch_size, device=z1.device) + context.rank * batch_size
+        logits = [cosine_logits(z1, keys, self.temp)]
+        n = int(self.queue_len)
+        if n:
+            logits.append(cosine_logits(z1, self.queue[:n], self.temp))  # (B, n): past batches' momentum embeddings
+        if torch.is_grad_enabled() and context.model.training:
+            self._pending.append(self.momentum_embeddings(context.model, batch))
+        return F.cross_entropy(torch.cat(logits, dim=1), labels)
+
+    @torch.no_grad()
+    def on_step_end(self, model: nn.Module, context: LossContext | None = None) -> None:
+        """Push this step's momentum embeddings into the queue (keeping the newest ``neg_size``), then move the
+        momentum weights toward the model's: ``m <- momentum * m + (1 - momentum) * theta``."""
+        self._check_setup()
+        if self._pending:
+            n = int(self.queue_len)
+            rows = torch.cat([self.queue[:n], *[p.to(self.queue.device) for p in self._pending]])[-self.neg_size:]
+            self.queue[: rows.shape[0]] = rows
+            self.queue_len.fill_(rows.shape[0])
+            self._pending.clear()
+        mine = [p for p in self.momentum_encoder.parameters()]
+        theirs = [p.detach() for p in model.encoder.parameters()]
+        if len(mine) != len(theirs):
+            raise RuntimeError("the momentum encoder no longer matches the model's encoder")
+        torch._foreach_mul_(mine, self.momentum)
+        torch._foreach_add_(mine, theirs, alpha=1.0 - self.momentum)
