@@ -463,3 +463,16 @@ def make_mlm_model(folder, dropout: float = 0.1):
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig.from_pretrained(model)).save_pretrained(model)
     return model
+
+
+def assert_grads_match(ours: dict, theirs: dict, rel: float = 2e-5) -> None:
+    """Parameter gradients ``{name: tensor}`` of a re-implementation equal an official forward's within ``rel``
+    (relative norm); the attention key biases, whose true gradient is 0 (softmax ignores a shift of every key),
+    must be ~0 on our side instead. Fails when the two name sets differ."""
+    assert set(ours) == set(theirs), sorted(set(ours) ^ set(theirs))
+    scale = max(float(g.norm()) for g in theirs.values())
+    for k, g in ours.items():
+        if k.endswith("attention.self.key.bias"):
+            assert float(g.norm()) < 1e-5 * scale, k
+            continue
+        assert float((g - theirs[k]).norm() / theirs[k].norm()) < rel, k

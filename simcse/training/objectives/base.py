@@ -30,9 +30,34 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 from torch import nn
 
-__all__ = ["Objective", "LossContext", "Loss"]
+__all__ = ["Objective", "LossContext", "Loss", "encode_without_dropout"]
 
 Loss = "torch.Tensor | dict[str, torch.Tensor]"
+
+
+def encode_without_dropout(model: nn.Module, inputs: Mapping[str, torch.Tensor],
+                           weights: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """The training-time embeddings of ``inputs`` (``input_ids``/``attention_mask`` (N, L) int64, ...) -> (N, H),
+    with dropout off: the model's forward with every module in eval mode, then its MLP head when that is used
+    in training only (``mlp_only_train``), so the result is the training embedding minus the dropout noise
+    (SimCSE++'s off-dropout negatives; ESimCSE's momentum pass). ``weights`` (``{parameter name: tensor}``, e.g.
+    ``encoder.*`` of a momentum copy) replace the model's own for this call (``torch.func.functional_call``).
+    Gradients follow torch's grad mode; every module's train/eval mode is restored afterwards."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        if weights:
+            from torch.func import functional_call
+
+            z = functional_call(model, dict(weights), args=(), kwargs=dict(inputs), strict=False)
+        else:
+            z = model(**inputs)
+        if getattr(model, "mlp", None) is not None and getattr(model, "mlp_only_train", False):
+            z = model.mlp(z)
+    finally:
+        for m, mode in modes:
+            m.training = mode
+    return z
 
 
 @dataclass

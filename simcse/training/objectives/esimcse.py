@@ -32,11 +32,10 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
 from simcse.training.losses import cosine_logits
 from simcse.training.objectives import register_objective
-from simcse.training.objectives.base import LossContext, Objective
+from simcse.training.objectives.base import LossContext, Objective, encode_without_dropout
 
 __all__ = ["ESimCSE"]
 
@@ -108,21 +107,12 @@ class ESimCSE(Objective):
     @torch.no_grad()
     def momentum_embeddings(self, model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The momentum encoder's (B, H) float32 embeddings of view 0: the model's forward with the backbone's
-        weights swapped for the momentum copy's, every module in eval mode (no dropout), then the model's own
-        MLP head when it is used in training only (the official momentum branch always applies ``cls.mlp``)."""
+        weights swapped for the momentum copy's, in eval mode (no dropout), through the model's own MLP head
+        (the official momentum branch always applies ``cls.mlp``): :func:`encode_without_dropout`."""
         self._check_setup()
         inputs = {k: batch[k][:, 0] for k in _ENCODER_KEYS if k in batch}
         weights = {f"encoder.{k}": v for k, v in self.momentum_encoder.named_parameters()}
-        modes = [(m, m.training) for m in model.modules()]
-        model.eval()
-        try:
-            z = functional_call(model, weights, args=(), kwargs=inputs, strict=False)
-            if getattr(model, "mlp", None) is not None and getattr(model, "mlp_only_train", False):
-                z = model.mlp(z)
-        finally:
-            for m, mode in modes:
-                m.training = mode
-        return z.float()
+        return encode_without_dropout(model, inputs, weights).float()
 
     def loss(self, embeddings: torch.Tensor, batch: Mapping[str, torch.Tensor], context: LossContext) -> torch.Tensor:
         """Cross-entropy over [cos(z1_i, z2_j) for the (gathered) keys j, cos(z1_i, q_m) for the queue] / temp.
