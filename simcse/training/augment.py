@@ -193,8 +193,7 @@ class AugmentingCollator:
     """Collate raw sentences into (B, 2, L) batches whose second view is augmented.
 
     Examples are mappings with a text column ``text_column``. View 0 is the tokenised sentence, view 1 the
-    tokenised ``word_augment(sentence)`` (word-level) or ``token_augment(view-0 ids)`` (``mlm``, ESimCSE's word
-    repetition; a row whose length changed gets an all-ones attention mask and zero token types). Tokenisation
+    tokenised ``word_augment(sentence)`` (word-level) or ``token_augment(view-0 ids)`` (``mlm``). Tokenisation
     truncates to ``max_seq_length``; padding and the output keys are those of ``base``
     (:class:`simcse.training.data.ContrastiveCollator`). Examples that carry a ``draw_key`` (from :class:`KeyedDataset`)
     get their draws from ``random.Random`` seeded by ``seed`` and the batch's keys: the same whichever process
@@ -243,11 +242,6 @@ class AugmentingCollator:
             new_ids = self.token_augment(first["input_ids"], rng)
             second = {k: [list(v) for v in first[k]] for k in first.keys()}
             second["input_ids"] = new_ids
-            for i, ids in enumerate(new_ids):  # an augmentation that changes lengths (word repetition)
-                if len(ids) != len(first["input_ids"][i]):
-                    second["attention_mask"][i] = [1] * len(ids)
-                    if "token_type_ids" in second:
-                        second["token_type_ids"][i] = [0] * len(ids)
         names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in first]
         feats = [{k: [first[k][i], second[k][i]] for k in names} for i in range(len(texts))]
         return self.base(feats)

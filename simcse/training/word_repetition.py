@@ -12,15 +12,18 @@ after truncation to ``max_seq_length``)::
 
 The paper writes ``dup_len in [0, max(2, int(dup_rate * len(x)))]`` over the words of the sentence; the code
 (followed here) has no floor of 2, caps the draw at 9, excludes the upper end and counts subword tokens with the
-special ones. The repeated view is not truncated again (it may exceed ``max_seq_length`` by up to 9 tokens, as
+special ones. Here it is applied to the collated batch (:func:`repeat_view`, called by the ESimCSE objective's
+``prepare_batch``) rather than once to the dataset. The repeated view is not truncated again (it may exceed ``max_seq_length`` by up to 9 tokens, as
 in the official code).
 """
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Mapping, Sequence
 
-__all__ = ["repeat_tokens", "WordRepetition"]
+import torch
+
+__all__ = ["repeat_tokens", "repeat_view"]
 
 
 def repeat_tokens(ids: Sequence[int], dup_rate: float, rng: random.Random) -> list[int]:
@@ -47,15 +50,34 @@ def repeat_tokens(ids: Sequence[int], dup_rate: float, rng: random.Random) -> li
     return out
 
 
-class WordRepetition:
-    """Token-level augmentation of a batch: ``__call__(input_ids: list[list[int]], rng) -> list[list[int]]``
-    applies :func:`repeat_tokens` to every sentence (the interface of
-    :class:`simcse.training.augment.AugmentingCollator`'s ``token_augment``; the lengths change, so the collator
-    rebuilds the attention mask and token types of the augmented view)."""
+def repeat_view(batch: Mapping[str, torch.Tensor], view: int, dup_rate: float, rng: random.Random,
+                pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """``batch`` (``input_ids``/``attention_mask``/``token_type_ids`` (B, V, L) int64, right-padded) with the
+    real tokens of ``view`` replaced by :func:`repeat_tokens` of them (sentence by sentence, in row order, one
+    ``rng``). The tensors grow to the longest new row (pad ``pad_token_id``, mask 0); the repeated rows get
+    token type 0, as in the official code. Other keys are passed through. Returns a new dict.
 
-    def __init__(self, dup_rate: float = 0.32):
-        repeat_tokens([], dup_rate, random.Random(0))  # validates dup_rate
-        self.dup_rate = float(dup_rate)
-
-    def __call__(self, input_ids: list[list[int]], rng: random.Random) -> list[list[int]]:
-        return [repeat_tokens(ids, self.dup_rate, rng) for ids in input_ids]
+    Raises:
+        ValueError: ``view`` out of range or a bad ``dup_rate``.
+    """
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    b, v, length = ids.shape
+    if not 0 <= view < v:
+        raise ValueError(f"view {view} out of range for a batch of {v} views")
+    rows = [repeat_tokens(ids[i, view][mask[i, view].bool()].tolist(), dup_rate, rng) for i in range(b)]
+    longest = max([length, *map(len, rows)])
+    out = dict(batch)
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        if key not in batch:
+            continue
+        t = batch[key]
+        grown = torch.full((b, v, longest), pad_token_id if key == "input_ids" else 0, dtype=t.dtype, device=t.device)
+        grown[:, :, :length] = t
+        grown[:, view] = pad_token_id if key == "input_ids" else 0
+        for i, row in enumerate(rows):
+            if key == "input_ids":
+                grown[i, view, : len(row)] = torch.as_tensor(row, dtype=t.dtype)
+            elif key == "attention_mask":
+                grown[i, view, : len(row)] = 1
+        out[key] = grown
+    return out

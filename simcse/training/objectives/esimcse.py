@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import random
 from typing import Mapping
 
 import torch
@@ -35,11 +36,10 @@ from torch import nn
 
 from simcse.training.losses import cosine_logits
 from simcse.training.objectives import register_objective
-from simcse.training.objectives.base import LossContext, Objective, encode_without_dropout
+from simcse.training.objectives.base import BatchSeeds, LossContext, Objective, encode_without_dropout, view_inputs
+from simcse.training.word_repetition import repeat_tokens, repeat_view
 
 __all__ = ["ESimCSE"]
-
-_ENCODER_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @register_objective
@@ -54,7 +54,7 @@ class ESimCSE(Objective):
             BERT-base; :mod:`simcse.training.word_repetition`).
 
     State (checkpointed, never in the inference folder): ``momentum_encoder`` (a frozen copy of the model's
-    backbone), ``queue`` (neg_size, H) float32 and ``queue_len`` (the number of valid rows, the newest last).
+    backbone) and :attr:`queue` (n <= neg_size rows, float32, the newest last; extra state).
 
     Raises:
         ValueError: a hyperparameter out of range (naming it); at setup, a model without one ``encoder``
@@ -75,9 +75,8 @@ class ESimCSE(Objective):
             raise ValueError(f"esimcse momentum must be in [0, 1), got {momentum!r}")
         if isinstance(neg_size, bool) or not isinstance(neg_size, int) or neg_size < 1:
             raise ValueError(f"esimcse neg_size must be an integer >= 1, got {neg_size!r}")
-        from simcse.training.word_repetition import WordRepetition
-
-        self.repetition = WordRepetition(dup_rate)  # validates dup_rate
+        repeat_tokens([], dup_rate, random.Random(0))  # validates dup_rate
+        self._seeds = BatchSeeds()
         self.temp, self.momentum, self.neg_size, self.dup_rate = float(temp), float(momentum), neg_size, float(dup_rate)
         self.momentum_encoder: nn.Module | None = None
         self._pending: list[torch.Tensor] = []
@@ -85,8 +84,14 @@ class ESimCSE(Objective):
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate}
 
-    def token_augmenter(self):
-        return self.repetition
+    def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> dict:
+        """The positive view (view 1) word-repeated (:func:`simcse.training.word_repetition.repeat_view`), drawn
+        from a generator seeded by (seed, step, rank, micro-batch), so a resumed run repeats as an uninterrupted
+        one; the batch may grow by up to 9 tokens."""
+        pad = getattr(getattr(context.model, "tokenizer", None), "pad_token_id", None)
+        if pad is None:
+            pad = getattr(getattr(getattr(context.model, "encoder", None), "config", None), "pad_token_id", None)
+        return repeat_view(batch, 1, self.dup_rate, random.Random(self._seeds(context)), pad_token_id=pad or 0)
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, model: nn.Module, args=None) -> None:
@@ -96,9 +101,20 @@ class ESimCSE(Objective):
             raise ValueError("--loss esimcse needs a model with one encoder backbone (its momentum copy); "
                              "it cannot be combined with --two_encoders")
         self.momentum_encoder = copy.deepcopy(encoder).requires_grad_(False).eval()
-        device = next(encoder.parameters()).device
-        self.register_buffer("queue", torch.zeros(self.neg_size, int(model.hidden_size), device=device))
-        self.register_buffer("queue_len", torch.zeros((), dtype=torch.long, device=device))
+        self._queue = torch.zeros(0, int(model.hidden_size))
+
+    @property
+    def queue(self) -> torch.Tensor:
+        """The queued momentum embeddings (n, H) float32, n <= neg_size, oldest first."""
+        return self._queue
+
+    def get_extra_state(self) -> dict:
+        """The queue, for checkpoints (extra state, not a buffer: it is per process, and DDP would overwrite
+        every process's buffers with the first process's at each forward)."""
+        return {"queue": self._queue.detach().cpu()}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._queue = state["queue"]
 
     def _check_setup(self) -> None:
         if self.momentum_encoder is None:
@@ -110,7 +126,7 @@ class ESimCSE(Objective):
         weights swapped for the momentum copy's, in eval mode (no dropout), through the model's own MLP head
         (the official momentum branch always applies ``cls.mlp``): :func:`encode_without_dropout`."""
         self._check_setup()
-        inputs = {k: batch[k][:, 0] for k in _ENCODER_KEYS if k in batch}
+        inputs = view_inputs(batch, 0)
         weights = {f"encoder.{k}": v for k, v in self.momentum_encoder.named_parameters()}
         return encode_without_dropout(model, inputs, weights).float()
 
@@ -126,9 +142,9 @@ class ESimCSE(Objective):
         keys = context.gather(z2)  # (W*B, H)
         labels = torch.arange(batch_size, device=z1.device) + context.rank * batch_size
         logits = [cosine_logits(z1, keys, self.temp)]
-        n = int(self.queue_len)
-        if n:
-            logits.append(cosine_logits(z1, self.queue[:n], self.temp))  # (B, n): past batches' momentum embeddings
+        if self._queue.shape[0]:
+            self._queue = self._queue.to(z1.device)
+            logits.append(cosine_logits(z1, self._queue, self.temp))  # (B, n): past batches' momentum embeddings
         if torch.is_grad_enabled() and context.model.training:
             self._pending.append(self.momentum_embeddings(context.model, batch))
         return F.cross_entropy(torch.cat(logits, dim=1), labels)
@@ -139,10 +155,8 @@ class ESimCSE(Objective):
         momentum weights toward the model's: ``m <- momentum * m + (1 - momentum) * theta``."""
         self._check_setup()
         if self._pending:
-            n = int(self.queue_len)
-            rows = torch.cat([self.queue[:n], *[p.to(self.queue.device) for p in self._pending]])[-self.neg_size:]
-            self.queue[: rows.shape[0]] = rows
-            self.queue_len.fill_(rows.shape[0])
+            device = self._pending[0].device
+            self._queue = torch.cat([self._queue.to(device), *self._pending])[-self.neg_size:]  # official FIFO
             self._pending.clear()
         mine = [p for p in self.momentum_encoder.parameters()]
         theirs = [p.detach() for p in model.encoder.parameters()]

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from simcse.training.losses import cosine_logits, info_nce
 from simcse.training.objectives import register_objective
-from simcse.training.objectives.base import LossContext, Objective, encode_without_dropout
+from simcse.training.objectives.base import LossContext, Objective, encode_without_dropout, view_inputs
 
 __all__ = ["SimCSEPlusPlus", "dcl_loss"]
 
@@ -110,7 +110,7 @@ class SimCSEPlusPlus(Objective):
         z1, z2 = embeddings[:, 0], embeddings[:, 1]
         labels = torch.arange(batch_size, device=z1.device) + context.rank * batch_size
         if self.sampling_strategy == "off_dropout":
-            z0 = encode_without_dropout(context.model, {k: batch[k][:, 0] for k in _ENCODER_KEYS if k in batch})
+            z0 = encode_without_dropout(context.model, view_inputs(batch, 0))
             with torch.autocast(device_type=z1.device.type, enabled=False):
                 pos = self.pos_ratio * F.cosine_similarity(z1.float(), z2.float(), dim=-1, eps=1e-8) / self.temp  # (B,)
                 neg = cosine_logits(z0, context.gather(z0), self.temp)  # (B, W*B)
