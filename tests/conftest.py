@@ -476,3 +476,19 @@ def assert_grads_match(ours: dict, theirs: dict, rel: float = 2e-5) -> None:
             assert float(g.norm()) < 1e-5 * scale, k
             continue
         assert float((g - theirs[k]).norm() / theirs[k].norm()) < rel, k
+
+
+def spread_cls_model(folder, scale: float = 0.5, seed: int = 0):
+    """A training-mode SimCSEModel of ``folder`` ([CLS] + a random MLP in training only) with eager attention (the
+    kernel of a plain ``BertModel`` transcription) and every weight moved by ``scale`` x N(0, 1), so the tiny
+    random model's embeddings spread out (else every cosine is about 1 and a loss cannot tell forwards apart)."""
+    from simcse.models.modeling import SimCSEModel
+
+    model = SimCSEModel.from_pretrained(str(folder), pooler_type="cls", mlp_only_train=True,
+                                        new_mlp_init="random").train()
+    model.encoder.set_attn_implementation("eager")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return model

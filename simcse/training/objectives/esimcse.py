@@ -62,9 +62,6 @@ class ESimCSE(Objective):
     """
 
     name = "esimcse"
-    input_columns = ("sent0",)
-    single_view_copies = 2
-    supports_gather = True
     supports_grad_cache = True
 
     def __init__(self, temp: float = 0.05, momentum: float = 0.995, neg_size: int = 160, dup_rate: float = 0.32):

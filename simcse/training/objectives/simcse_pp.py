@@ -80,9 +80,6 @@ class SimCSEPlusPlus(Objective):
     """
 
     name = "simcse_pp"
-    input_columns = ("sent0",)
-    single_view_copies = 2
-    supports_gather = True
     supports_grad_cache = False  # the off-dropout forward keeps a whole-batch encoder graph inside loss()
 
     def __init__(self, temp: float = 0.05, pos_ratio: float = 1.0, sampling_strategy: str = "off_dropout",

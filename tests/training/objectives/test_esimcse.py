@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import assert_grads_match, make_tiny_model, random_sentences
+from conftest import assert_grads_match, make_tiny_model, random_sentences, spread_cls_model
 from simcse.training.objectives import LossContext, build_objective
 from simcse.training.word_repetition import repeat_tokens
 
@@ -98,13 +98,6 @@ def batches(tokenizer, dup_rate: float, n_batches: int, bs: int):
     return out
 
 
-def spread(model):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # spread the tiny random model's embeddings (else every cosine is about 1)
-        for p in model.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=g))
-
-
 HP = {"temp": 0.05, "momentum": 0.8, "neg_size": 12, "dup_rate": 0.32}
 
 
@@ -170,12 +163,7 @@ def test_word_repetition_equals_official_bpe_dup(tiny_nodrop_dir):
 
 
 def test_esimcse_equals_official_forward_over_steps(tiny_nodrop_dir):
-    from simcse.models.modeling import SimCSEModel
-
-    model = SimCSEModel.from_pretrained(str(tiny_nodrop_dir), pooler_type="cls", mlp_only_train=True,
-                                        new_mlp_init="random").train()
-    model.encoder.set_attn_implementation("eager")  # the same attention kernel as the transcription's BertModel
-    spread(model)
+    model = spread_cls_model(tiny_nodrop_dir)
     data = batches(model.tokenizer, HP["dup_rate"], n_batches=4, bs=8)  # queue: 0, 8, 12 (overflow), 12 rows
     ours, our_grads, states, objective = run_ours(model, data)
     theirs, their_grads, ref = run_official(tiny_nodrop_dir, states, data, HP["temp"], HP["momentum"], HP["neg_size"])

@@ -14,6 +14,7 @@ from conftest import logged_losses, make_tiny_model, random_sentences, run_train
 METHODS = {
     "esimcse": ({"neg_size": 12, "momentum": 0.9}, ("momentum_encoder.",), True),
     "simcse_pp": ({"pos_ratio": 0.9}, (), False),
+    "mixcse": ({"lambdas": 0.3, "hard_negative_weight": 0.5}, (), True),
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import assert_grads_match, random_sentences
+from conftest import assert_grads_match, random_sentences, spread_cls_model
 from simcse.training.objectives import LossContext, build_objective
 
 HP = {"temp": 0.05, "pos_ratio": 0.9, "sw_weight": 0.1, "sw_temp": 5.0}
@@ -80,16 +80,7 @@ def official(tiny_bert_dir, state, batch, seed, **hp):
 
 @pytest.fixture
 def model(tiny_bert_dir):
-    from simcse.models.modeling import SimCSEModel
-
-    m = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="cls", mlp_only_train=True,
-                                    new_mlp_init="random").train()
-    m.encoder.set_attn_implementation("eager")
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=g))
-    return m
+    return spread_cls_model(tiny_bert_dir)
 
 
 def test_simcse_pp_equals_official_forward(model, tiny_bert_dir):
