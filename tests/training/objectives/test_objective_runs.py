@@ -115,7 +115,8 @@ def test_gradient_caching_equals_the_whole_batch_or_is_refused(files, tmp_path, 
 def test_rank_losses_average_to_the_one_process_loss(files, method):
     """With the in-batch keys gathered, the mean over 2 processes of their losses (each on its own half of the
     queries) equals one process's loss on the whole batch: labels are offset by rank, nothing is counted twice.
-    (Dropout off; ESimCSE's queue empty at the first step; SimCSE++'s off-dropout keys and DCL are gathered.)"""
+    (Dropout off; ESimCSE's queue empty at the first step; SimCSE++'s off-dropout keys and DCL and MixCSE's
+    rolled mixes are over the gathered rows.)"""
     from simcse.models.modeling import SimCSEModel
     from simcse.training.objectives import LossContext, build_objective
     from simcse.training.objectives.base import encode_without_dropout, view_inputs
@@ -145,6 +146,6 @@ def test_rank_losses_average_to_the_one_process_loss(files, method):
             full = next(f for f in (z[:, 0], z[:, 1], z0) if torch.allclose(t, f[rows], atol=1e-5))
             return torch.cat([t if r == rank else full[4 * r:4 * r + 4] for r in (0, 1)])
 
-        ctx = LossContext(model=model, rank=rank, world=2, gather=gather)
+        ctx = LossContext(model=model, rank=rank, world=2, gather=gather, gather_nograd=lambda t, g=gather: g(t).detach())
         per_rank.append(total(objective.loss(z[rows], {k: v[rows] for k, v in batch.items()}, ctx)))
     assert abs(float((per_rank[0] + per_rank[1]) / 2) - float(one)) < 1e-5, (per_rank, one)
