@@ -76,7 +76,8 @@ class ESimCSE(Objective):
         self._seeds = BatchSeeds()
         self.temp, self.momentum, self.neg_size, self.dup_rate = float(temp), float(momentum), neg_size, float(dup_rate)
         self.momentum_encoder: nn.Module | None = None
-        self._pending: list[torch.Tensor] = []
+        self._queue = torch.zeros(0, 0)  # (n, H) once set up
+        self._pending: list[torch.Tensor] = []  # this step's momentum embeddings, queued at on_step_end
 
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate}
