@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int_at_least(1), default=4)
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads (default: all usable cores)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--model", default=None, help="model folder (default: the embedded all-MiniLM-L6-v2)")
+    p.add_argument("--data", default=None, help="one sentence per line (default: wiki1m_for_simcse.txt)")
+    p.add_argument("--batch-size", type=int_at_least(2), default=64)
     args = p.parse_args(argv)
     names = [BASELINE] + [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() != BASELINE]
     unknown = [m for m in names if m not in METHODS]
@@ -65,7 +68,9 @@ def main(argv: list[str] | None = None) -> dict:
     for r in range(args.rounds):
         for name in (names if r % 2 == 0 else list(reversed(names))):
             child = ["--side", "ours", "--precision", args.precision, "--threads", str(threads), "--device", args.device,
-                     "--warmup", str(args.warmup), "--steps", str(args.steps), "--ours-args", *COMMON, *METHODS[name]]
+                     "--warmup", str(args.warmup), "--steps", str(args.steps), "--batch-size", str(args.batch_size),
+                     *(["--model", args.model] if args.model else []), *(["--data", args.data] if args.data else []),
+                     "--ours-args", *COMMON, *METHODS[name]]
             d = _run_child(child)
             runs.setdefault(name, []).append(d)
             print(f"round {r + 1} {name:10s} {d['wall_s'] / d['steps']:.3f} s/step (CPU {d['cpu_s'] / d['steps']:.3f}), "
