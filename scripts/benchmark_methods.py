@@ -8,8 +8,9 @@ Every measurement is a fresh ``scripts/benchmark_train.py`` worker process (its 
 untimed steps, then ``steps`` timed ones; peak resident memory of that process, and peak GPU memory on a GPU),
 with the objective's ``--loss``/``--loss_args`` on top of the shared options (:data:`COMMON`: [CLS] + MLP in
 training only, as the recipes). Rounds alternate the order of the methods so a drift in machine load falls on
-all of them. Prints one line per run, then per method: seconds per step, peak memory and both as ratios to
-``simcse`` (the baseline row), and the 1-minute load average.
+all of them. Prints one line per run (with the 1-minute load average), then per method: wall and process-CPU
+seconds per step and peak memory, each also as a ratio to ``simcse`` (the baseline row). On a shared machine
+the CPU-time ratio is the steadier one.
 
 To add a method, add a row to :data:`METHODS`: its name and the ``simcse train`` options that select it.
 """
@@ -81,15 +82,19 @@ def main(argv: list[str] | None = None) -> dict:
     for name, ds in runs.items():
         steps = sum(d["steps"] for d in ds)
         mem = max((d.get("peak_gpu_mib") or d["peak_rss_mib"]) for d in ds)
-        summary[name] = {"s_per_step": sum(d["wall_s"] for d in ds) / steps, "peak_mib": mem}
+        summary[name] = {"s_per_step": sum(d["wall_s"] for d in ds) / steps,
+                         "cpu_s_per_step": sum(d["cpu_s"] for d in ds) / steps, "peak_mib": mem}
     base = summary[BASELINE]
     kind = "GPU" if args.device.startswith("cuda") else "RSS"
-    print(f"\n| method | s/step | step time / {BASELINE} | peak {kind} MiB | peak memory / {BASELINE} |")
-    print("|---|---|---|---|---|")
+    print(f"\n| method | s/step | step time / {BASELINE} | CPU s/step | CPU time / {BASELINE} | peak {kind} MiB "
+          f"| peak memory / {BASELINE} |")
+    print("|---|---|---|---|---|---|---|")
     for name in names:
         s = summary[name]
         s["time_ratio"], s["memory_ratio"] = s["s_per_step"] / base["s_per_step"], s["peak_mib"] / base["peak_mib"]
-        print(f"| {name} | {s['s_per_step']:.3f} | {s['time_ratio']:.2f}x | {s['peak_mib']:.0f} | {s['memory_ratio']:.2f}x |")
+        s["cpu_ratio"] = s["cpu_s_per_step"] / base["cpu_s_per_step"]
+        print(f"| {name} | {s['s_per_step']:.3f} | {s['time_ratio']:.2f}x | {s['cpu_s_per_step']:.3f} | "
+              f"{s['cpu_ratio']:.2f}x | {s['peak_mib']:.0f} | {s['memory_ratio']:.2f}x |")
     return summary
 
 
