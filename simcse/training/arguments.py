@@ -8,7 +8,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from simcse.training.augment import AUGMENTATIONS
+from simcse.training.augment import AUGMENTATIONS, get_augmentation
 from simcse.models.pooling import POOLERS, get_pooler
 from simcse.training.losses import check_hard_negative_alpha, check_temperature
 
@@ -107,7 +107,7 @@ class ModelArguments:
     )
     augmentation: str = field(
         default="none",
-        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {list(AUGMENTATIONS)}: "
+        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {['none', *AUGMENTATIONS]}: "
                           "crop keeps (1-k) of the words, word_deletion deletes k of the words, delete_one_word, "
                           "mlm replaces k of the tokens with the checkpoint's own MLM head's predictions. "
                           "Needs a .txt file."},
@@ -158,9 +158,9 @@ class ModelArguments:
             raise ValueError(f"--attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
         if self.dropout is not None and (isinstance(self.dropout, bool) or not 0 <= self.dropout < 1):
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.augmentation not in AUGMENTATIONS:
-            raise ValueError(f"--augmentation must be one of {list(AUGMENTATIONS)}, got {self.augmentation!r}")
-        if self.augmentation not in ("none", "delete_one_word") and not 0 < self.augmentation_ratio < 1:
+        if self.augmentation != "none" and self.augmentation not in AUGMENTATIONS:
+            raise ValueError(f"--augmentation must be one of {['none', *AUGMENTATIONS]}, got {self.augmentation!r}")
+        if self.augmentation != "none" and get_augmentation(self.augmentation).uses_ratio and not 0 < self.augmentation_ratio < 1:
             raise ValueError(f"--augmentation_ratio must be in (0, 1), got {self.augmentation_ratio}")
         if self.augmentation != "none" and not self.augmentation_with_dropout and self.dropout:
             raise ValueError(f"--augmentation_with_dropout false turns dropout off; it contradicts --dropout {self.dropout}")

@@ -102,9 +102,9 @@ def _make_collator(model_args, data_args, training_args, tok, objective):
     augmentation = model_args.augmentation
     if augmentation == "none":
         return collator
-    from simcse.training.augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
+    from simcse.training.augment import AugmentingCollator, MLMReplacer, get_augmentation, load_mlm_model, word_augmenter
 
-    if augmentation == "mlm":
+    if get_augmentation(augmentation).level == "token":  # mlm: the checkpoint's own MLM head
         try:
             mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
         except (ValueError, OSError) as e:
