@@ -123,3 +123,14 @@ def test_bad_loss_args_are_refused_before_loading(tmp_path, corpus):
     assert "init_scale must be > 0" in training_error(argv)
     argv[argv.index('{"init_scale": -1}')] = '{"temperature": 1}'
     assert "unknown key(s) ['temperature']" in training_error(argv)
+
+
+def test_the_docs_show_this_objective():
+    """docs/training.md's "Write your own objective" example is this file's objective, verbatim."""
+    import inspect
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "#### Write your own objective" in docs
+    assert inspect.getsource(ScaledInfoNCE) in docs
+    assert "register_objective(ScaledInfoNCE)" in docs
