@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import random_sentences
 from simcse.training.objectives import Objective, register_objective
 
 
@@ -40,11 +39,9 @@ class ScaledInfoNCE(Objective):
 register_objective(ScaledInfoNCE)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    path.write_text("\n".join(random_sentences(48, seed=3)) + "\n")
-    return path
+@pytest.fixture
+def corpus(train_txt):
+    return train_txt
 
 
 def _argv(model_dir, train_file, out, *extra):
