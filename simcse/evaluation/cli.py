@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
 TASK_SETS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
     "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],

@@ -282,12 +282,18 @@ class SavedFolder:
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
-        return {
+        from simcse.models.decoder import is_bidirectional, is_decoder_config
+
+        cfg = {
             "format_version": FORMAT_VERSION,
             "pooler_type": self.pooler_type,
             "mlp_only_train": self.mlp_only_train,
             "hidden_size": self.hidden_size,
         }
+        encoder_config = getattr(self.encoder, "config", None)
+        if encoder_config is not None and is_decoder_config(encoder_config):  # decoder LLMs: the attention used
+            cfg["bidirectional"] = is_bidirectional(encoder_config)
+        return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
                         is_main_process: bool = True) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 # our pooler -> sentence-transformers pooling mode
-ST_POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
+ST_POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean", "last_token": "lasttoken"}
 
 def mlp_at_inference(model) -> bool:
     """Whether ``model`` (a :class:`simcse.SimCSEModel`) applies its ``cls`` MLP when encoding."""
@@ -55,6 +55,7 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
         "pooling_mode_mean_tokens": mode == "mean",
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_lasttoken": mode == "lasttoken",
     }
     (pooling_dir / "config.json").write_text(json.dumps(pooling_cfg, indent=2) + "\n")
     modules = [

@@ -86,6 +86,14 @@ class ModelArguments:
         metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "
                           "for BERT/RoBERTa) or 'eager'. Unset: transformers' choice."},
     )
+    # ---- decoder LLMs (docs/llm.md)
+    bidirectional: bool | None = field(
+        default=None,
+        metadata={"help": "Decoder LLMs (Llama, Mistral, Qwen, Gemma, GPT-2...): true switches attention to "
+                          "bidirectional (LLM2Vec's first step, through the config's is_causal; recorded in the "
+                          "saved config.json), false keeps it causal. Unset: the checkpoint's own setting. "
+                          "Refused (true) for encoders."},
+    )
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,

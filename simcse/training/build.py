@@ -56,10 +56,15 @@ def _load_model(model_args, dropout: float | None):
         hf_kwargs["config"], names = encoder_config_with_dropout(
             config_source, dropout, trust_remote_code=model_args.trust_remote_code)
         logger.info("dropout p=%g set on config attributes %s", dropout, names)
-    elif model_args.config_name:
+    elif model_args.config_name or model_args.bidirectional is not None:
         from transformers import AutoConfig
 
         hf_kwargs["config"] = AutoConfig.from_pretrained(config_source, trust_remote_code=model_args.trust_remote_code, **hub)
+    if model_args.bidirectional is not None:
+        from simcse.models.decoder import set_bidirectional
+
+        set_bidirectional(hf_kwargs["config"], model_args.bidirectional, repr(model_args.model_name_or_path))
+        logger.info("decoder attention: %s", "bidirectional" if model_args.bidirectional else "causal")
     model = SimCSEModel.from_pretrained(
         model_args.model_name_or_path,
         pooler_type=model_args.pooler_type,
