@@ -41,7 +41,7 @@ TRAIN_COMMAND_NAME = "simcse_train_command.txt"  # in a training checkpoint-N: t
 
 FORMAT_VERSION = 1
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.safetensors")
 
 def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """True when ``path`` is a local folder (checked for weights); False for a hub name.
@@ -168,6 +168,13 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
                          "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
     import pickle
 
+    if _is_adapter_folder(path):  # LoRA adapter + base reference (simcse.models.lora)
+        from simcse.models.lora import load_lora_encoder
+
+        cfg = SavedFolder.read_simcse_config(path) or {}
+        overrides = {"is_causal": False} if cfg.get("bidirectional") else {}
+        with quiet_transformers_bars():
+            return load_lora_encoder(path, overrides, **{k: v for k, v in kwargs.items() if k != "weights_only"}), None
     try:
         with quiet_transformers_bars():
             encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
@@ -183,6 +190,12 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
         return encoder, None
     encoder.pooler = None
     return encoder, hf_pooler
+
+
+def _is_adapter_folder(path) -> bool:
+    """A local folder holding a LoRA adapter (``adapter_config.json``) instead of full encoder weights."""
+    p = Path(path)
+    return (p / "adapter_config.json").is_file() and not any((p / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
 
 
 def _refuse_pickle(path: str, e: Exception) -> None:
@@ -293,10 +306,14 @@ class SavedFolder:
         encoder_config = getattr(self.encoder, "config", None)
         if encoder_config is not None and is_decoder_config(encoder_config):  # decoder LLMs: the attention used
             cfg["bidirectional"] = is_bidirectional(encoder_config)
+        from simcse.models.lora import is_lora
+
+        if is_lora(self.encoder) and not getattr(self, "_merging_lora", False):
+            cfg["lora_adapter"] = True  # the folder holds an adapter over base_model_name_or_path
         return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
-                        is_main_process: bool = True) -> None:
+                        is_main_process: bool = True, merge_lora: bool = False) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
         sentence-transformers module files (:func:`simcse.models.st_files.write_sentence_transformers_files`) and the
         model card ``README.md`` (:func:`simcse.models.card.write_model_card`).
@@ -305,12 +322,15 @@ class SavedFolder:
         rename each (:func:`simcse.files.storage.atomic_folder`), so an interrupted save never leaves a half-written
         weight file in place; a failed write raises :class:`simcse.files.storage.WriteError`. With
         ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
-        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written.
+        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written. An encoder with LoRA
+        adapters (:mod:`simcse.models.lora`) is written as its adapter and base reference, or with ``merge_lora``
+        as merged full weights.
         """
         from safetensors.torch import save_file
 
         if not is_main_process:
             return
+        self._merging_lora = bool(merge_lora)
         with atomic_folder(save_directory, "the model") as tmp:
             self._save_encoder(tmp)
             if self.tokenizer is not None:
@@ -336,6 +356,15 @@ class SavedFolder:
         return out
 
     def _save_encoder(self, folder: Path) -> None:
+        from simcse.models.lora import is_lora, merged_copy
+
+        if is_lora(self.encoder):
+            with quiet_transformers_bars():
+                if getattr(self, "_merging_lora", False):
+                    merged_copy(self.encoder).save_pretrained(folder, safe_serialization=True)
+                else:
+                    self.encoder.save_pretrained(folder)  # adapter_config.json + adapter_model.safetensors
+            return
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
         # has an MLP of the same shape, the pooler holds the MLP, so HF's ``pooler_output`` equals our ``cls``.
         hf_pooler = self._hf_pooler[0] if self._hf_pooler else None

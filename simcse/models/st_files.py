@@ -42,10 +42,16 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
     (out / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": min(max_seq_length, model.max_input_tokens), "do_lower_case": False}, indent=2)
         + "\n")
-    supported = model.pooler_type in ST_POOLING_MODES
+    from simcse.models.lora import is_lora
+
+    adapter_only = is_lora(model.encoder) and not getattr(model, "_merging_lora", False)
+    supported = model.pooler_type in ST_POOLING_MODES and not adapter_only
     mode = ST_POOLING_MODES.get(model.pooler_type) or (
         f"simcse pooler {model.pooler_type} (not expressible in sentence-transformers; load this folder with "
         "simcse.SimCSE or transformers, see README.md)")
+    if adapter_only:  # the base model's own config would load without this run's switches (bidirectional attention)
+        mode = ("simcse LoRA adapter folder (sentence-transformers would rebuild the base model without this run's "
+                "settings; load it with simcse.SimCSE, or train with --merge_lora true for a folder it loads)")
     pooling_dir = out / "1_Pooling"
     pooling_dir.mkdir(exist_ok=True)
     pooling_cfg = {

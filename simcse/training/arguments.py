@@ -94,6 +94,21 @@ class ModelArguments:
                           "saved config.json), false keeps it causal. Unset: the checkpoint's own setting. "
                           "Refused (true) for encoders."},
     )
+    lora_r: int | None = field(
+        default=None,
+        metadata={"help": "Train LoRA adapters of this rank (peft) instead of all weights; the base model is frozen. "
+                          "Unset: full fine-tuning."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (scale alpha / r). Unset: 2 x lora_r (LLM2Vec's runs)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch, in [0, 1)."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated names of the linear layers to adapt. Unset: LLM2Vec's list for Llama, "
+                          "Mistral, Gemma, Qwen2/3 (q,k,v,o,gate,up,down projections); GPT-2: c_attn,c_proj,c_fc."})
+    merge_lora: bool = field(
+        default=False,
+        metadata={"help": "Save the final model with the adapters merged into full weights (a plain model folder, "
+                          "loadable by sentence-transformers); default: the adapter and a reference to the base model. "
+                          "Checkpoints always hold the adapter only."})
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,
@@ -181,6 +196,12 @@ class ModelArguments:
         check_temperature(self.temp, name="--temp")
         self._resolve_hard_negative()
         self._check_objective()
+        if self.lora_r is not None and (isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r < 1):
+            raise ValueError(f"--lora_r must be a positive integer, got {self.lora_r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_r is None and (self.merge_lora or self.lora_target_modules or self.lora_alpha is not None):
+            raise ValueError("--merge_lora, --lora_alpha and --lora_target_modules apply to LoRA training: give --lora_r")
         if not self.mlm_weight >= 0:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:

@@ -160,6 +160,17 @@ def build(model_args, data_args, training_args):
                          f"use --max_seq_length {limit} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
+    if model_args.lora_r is not None:
+        from simcse.models.lora import apply_lora
+
+        try:
+            model.encoder = apply_lora(model.encoder, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout,
+                                       model_args.lora_target_modules)
+        except ValueError as e:
+            raise SetupError(str(e)) from e
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("LoRA r=%d: %d trainable parameters of %d", model_args.lora_r, trainable,
+                    sum(p.numel() for p in model.parameters()))
     if model_args.cpu_dropout:
         logger.info("CPU dropout masks (simcse.models.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:
@@ -241,6 +252,7 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
         eval_max_length=data_args.eval_max_length,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
         no_duplicates_rows=train_rows,
+        merge_lora=model_args.merge_lora,
     )
     if signals:
         trainer.add_callback(SaveOnSignalCallback(signals))
