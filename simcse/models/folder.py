@@ -310,6 +310,9 @@ class SavedFolder:
 
         if is_lora(self.encoder) and not getattr(self, "_merging_lora", False):
             cfg["lora_adapter"] = True  # the folder holds an adapter over base_model_name_or_path
+        if getattr(self, "prompts", None):
+            cfg["prompts"] = dict(self.prompts)
+            cfg["default_prompt_name"] = self.default_prompt_name
         return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
@@ -465,6 +468,8 @@ class SavedFolder:
                 model.mlp.dense.load_state_dict(hf_dense.state_dict())
             elif new_mlp_init == "encoder_pooler" and not mlp_only_train:
                 logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
+        if cfg is not None and cfg.get("prompts"):
+            model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
         return model
 
     @staticmethod

@@ -85,8 +85,8 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
 
     (out / "config_sentence_transformers.json").write_text(json.dumps({
         "__version__": {"transformers": transformers.__version__, "pytorch": torch.__version__},
-        "prompts": {},
-        "default_prompt_name": None,
+        "prompts": dict(getattr(model, "prompts", {}) or {}),
+        "default_prompt_name": getattr(model, "default_prompt_name", None),
         "similarity_fn_name": "cosine",
     }, indent=2) + "\n")
     return supported

@@ -223,6 +223,8 @@ class SimCSE(IndexLifecycle):
         *,
         show_progress: bool | None = None,
         dtype: torch.dtype | None = None,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
         **mteb_kwargs,
     ) -> torch.Tensor | np.ndarray:
         """Embed one sentence or a list of sentences (the reference's ``encode``, same parameter order).
@@ -244,6 +246,9 @@ class SimCSE(IndexLifecycle):
                 when stderr is a terminal.
             dtype: (keyword-only) compute precision under autocast, e.g. ``torch.bfloat16`` (output stays
                 float32).
+            prompt, prompt_name: (keyword-only) a text prefixed to every sentence, or the name of one of the
+                model's saved prompts (sentence-transformers' ``prompt``/``prompt_name``); neither: the model's
+                default prompt, if it was trained with one.
 
         Returns:
             float32 (H,) for a str (``keepdim``: (1, H)); (N, H) for a list, in input order; (0, H) for [].
@@ -266,7 +271,8 @@ class SimCSE(IndexLifecycle):
         if show_progress is None:
             show_progress = len(items) > 10 * batch_size and sys.stderr.isatty()
         emb = self.model.encode(items, batch_size=batch_size, max_length=max_length, device=self.device,
-                                show_progress=show_progress, normalize=normalize_to_unit, dtype=dtype)
+                                show_progress=show_progress, normalize=normalize_to_unit, dtype=dtype, prompt=prompt,
+                                prompt_name=prompt_name)
         if single and not keepdim:
             emb = emb[0]
         return emb if return_numpy else torch.from_numpy(emb)

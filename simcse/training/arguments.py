@@ -271,6 +271,13 @@ class DataTrainingArguments:
                           "--bf16/--fp16 unless those are given. Ignored on CPU (fp32). Unset: the --bf16/--fp16 "
                           "flags as given (fp32 when none)."},
     )
+    prompts: str | None = field(
+        default=None,
+        metadata={"help": "Per-column text prefixes as a JSON object (sentence-transformers' training prompts), e.g. "
+                          "'{\"sent0\": \"Given a sentence, retrieve a paraphrase: \"}' (an instruction for decoder "
+                          "embedders). Applied before tokenisation; saved in the model folder, where the prompt of "
+                          "sent0 (the queries) becomes the default prompt of encode, the index and the server."},
+    )
     eval_max_length: int | None = field(
         default=None,
         metadata={"help": "Token cut of the sentences encoded by the training-time STS-B/SICK-R evaluation. Unset: "
@@ -347,7 +354,31 @@ class DataTrainingArguments:
             raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
+        self._check_prompts()
         self._check_source()
+
+    def _check_prompts(self) -> None:
+        """--prompts: a JSON object (string, or an object from a config file) of view column -> prefix text."""
+        import json
+
+        if self.prompts is None:
+            return
+        value = self.prompts
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--prompts must be a JSON object of column: prefix, got {self.prompts!r}: {e}") from None
+        columns = ("sent0", "sent1", "hard_neg", "neutral")
+        if not isinstance(value, dict) or not all(k in columns and isinstance(v, str) for k, v in value.items()):
+            raise ValueError(f"--prompts must map view columns {list(columns)} to prefix strings, got {self.prompts!r}")
+        self.prompts = json.dumps(value)
+
+    def prompt_map(self) -> dict:
+        """--prompts as a dict (empty when unset)."""
+        import json
+
+        return json.loads(self.prompts) if self.prompts else {}
 
     def _check_source(self) -> None:
         """Exactly one of --train_file / --dataset_name, and the options that go with each."""

@@ -185,6 +185,12 @@ def build(model_args, data_args, training_args):
         except (ValueError, OSError) as e:
             raise SetupError(str(e)) from e
     source = data_args.train_file or data_args.dataset_name
+    prompts = data_args.prompt_map()
+    if prompts:
+        if augmentation != "none":
+            raise SetupError("--prompts with --augmentation: the augmenting collator tokenises the raw text; give one")
+        model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
+        logger.info("prompts %s (the sent0 prompt is the saved model's default prompt)", prompts)
     objective = _objective(model_args, model.tokenizer)
     try:
         objective.check_columns(columns, source)
@@ -196,7 +202,8 @@ def build(model_args, data_args, training_args):
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
-            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers,
+                                  prompts=data_args.prompt_map())
     else:
         training_args.remove_unused_columns = False  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)

@@ -330,7 +330,8 @@ def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: in
     return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), list(PAIR_COLUMNS)
 
 
-def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None):
+def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None,
+                     prompts: dict | None = None):
     """Tokenise every view once (``datasets.map``, cached), truncating to ``max_seq_length`` tokens.
 
     Adds ``input_ids`` / ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them) as
@@ -338,15 +339,18 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
     """
 
     return ds.map(tokenize_views, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing",
-                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length})
+                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length,
+                             "prompts": prompts})
 
 
-def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int) -> dict:
+def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None) -> dict:
     """One batch of rows (``{column: list of str}``) -> ``{input_ids: [[view 0 ids, view 1 ids, ...], ...], ...}``
     (each view cut at ``max_seq_length`` tokens): the map function of :func:`tokenize_dataset`, and of a
     stream tokenised on the fly."""
     n = len(batch[columns[0]])
-    enc = [tokenizer(batch[c], truncation=True, max_length=max_seq_length) for c in columns]
+    prompts = prompts or {}
+    enc = [tokenizer([prompts.get(c, "") + t for t in batch[c]] if prompts.get(c) else batch[c], truncation=True,
+                     max_length=max_seq_length) for c in columns]
     return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
 
 

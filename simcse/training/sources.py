@@ -202,7 +202,8 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
     if world > 1:
         stream = split_dataset_by_node(stream, rank=rank, world_size=world)
     stream = stream.map(tokenize_views, batched=True, remove_columns=columns, fn_kwargs={
-        "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length})
+        "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length,
+        "prompts": data_args.prompt_map()})
     start = 0
     if resume_from:
         saved = os.path.join(resume_from, STREAM_STATE_NAME.format(rank=rank))

@@ -86,3 +86,41 @@ def test_decoder_trains_bidirectional_simcse_and_loads_everywhere(tmp_path, trai
 
     theirs = SentenceTransformer(str(out), device="cpu").encode(sentences)
     assert abs(ours - theirs).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_training_prompts_are_saved_and_applied_by_default(tmp_path, train_txt):
+    """--prompts prefixes a column before tokenisation; the saved folder records it (simcse and
+    sentence-transformers files) and encoding applies the sent0 prompt by default, as sentence-transformers does."""
+    from conftest import run_training
+    from sentence_transformers import SentenceTransformer
+
+    from simcse import SimCSE
+
+    folder = make_tiny_decoder(tmp_path / "llama", "llama")
+    out = tmp_path / "out"
+    run_training(["--model_name_or_path", str(folder), "--train_file", str(train_txt), "--output_dir", str(out),
+                  "--pooler_type", "last_token", "--prompts", '{"sent0": "red blue "}', "--per_device_train_batch_size",
+                  "8", "--max_steps", "2", "--use_cpu", "true", "--eval_strategy", "no", "--save_strategy", "no",
+                  "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
+                  "--dataloader_pin_memory", "false", "--seed", "0"])
+    cfg = json.loads((out / "simcse_config.json").read_text())
+    assert cfg["prompts"] == {"sent0": "red blue "} and cfg["default_prompt_name"] == "sent0"
+    model = SimCSE(str(out))
+    s = ["a man plays music .", "the dog runs ."]
+    default = model.encode(s, normalize_to_unit=False)
+    assert torch.allclose(default, model.encode(s, prompt="red blue ", normalize_to_unit=False))
+    assert not torch.allclose(default, model.encode(s, prompt="", normalize_to_unit=False))
+    assert torch.allclose(default, model.encode(s, prompt_name="sent0", normalize_to_unit=False))
+    with pytest.raises(ValueError, match="unknown prompt_name 'query'.*sent0"):
+        model.encode(s, prompt_name="query")
+    theirs = SentenceTransformer(str(out), device="cpu").encode(s)  # applies the saved default prompt itself
+    assert abs(default.numpy() - theirs).max() < 1e-5
+
+
+def test_bad_prompts_option_is_refused(tmp_path, train_txt):
+    from conftest import training_error
+
+    argv = ["--model_name_or_path", str(tmp_path / "none"), "--train_file", str(train_txt), "--output_dir",
+            str(tmp_path / "o"), "--prompts", '{"query": "x"}']
+    assert "--prompts must map view columns" in training_error(argv)
