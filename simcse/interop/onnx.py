@@ -217,6 +217,9 @@ class ONNXEncoder:
         self.input_names = list(self.meta["input_names"])
         self.device = torch.device("cpu")
         self.training = False
+        saved = folder / "simcse_config.json"
+        cfg = json.loads(saved.read_text()) if saved.is_file() else {}
+        self.prompts, self.default_prompt_name = dict(cfg.get("prompts") or {}), cfg.get("default_prompt_name")
 
     def fingerprint(self) -> str:
         """The identity of what this encoder computes (:func:`simcse.models.folder.model_fingerprint`): the fp32
@@ -244,7 +247,8 @@ class ONNXEncoder:
         return self
 
     def encode(self, sentences: list[str], batch_size: int = 64, max_length: int = 128, device=None,
-               show_progress: bool = False, normalize: bool = False, dtype=None) -> np.ndarray:
+               show_progress: bool = False, normalize: bool = False, dtype=None, prompt: str | None = None,
+               prompt_name: str | None = None) -> np.ndarray:
         """Embed ``sentences``; float32 (N, H) in input order (the contract of :meth:`SimCSEModel.encode`).
 
         Tokenisation and batching are the torch encoder's (:meth:`SimCSEModel.encode`): batches cut from the
@@ -260,6 +264,9 @@ class ONNXEncoder:
         from simcse.models.modeling import SimCSEModel
 
         SimCSEModel._check_encode_args(self, sentences, batch_size, max_length)
+        prefix = SimCSEModel.prompt_text(self, prompt, prompt_name)  # the folder's saved prompts, as the torch model
+        if prefix:
+            sentences = [prefix + s for s in sentences]
         if device is not None:
             self.to(device)
         n = len(sentences)
