@@ -9,6 +9,8 @@ PY=$(command -v python)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/simcse-wheel.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 start=$(date +%s)
+# only the wheel may provide simcse in the fresh venv: a checkout on PYTHONPATH would make pip skip the install
+unset PYTHONPATH
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" "$ROOT"
 # the wheel is the library only: no benchmark, GPU-check or other script module, no GEMM-ceiling measurement
 "$PY" - "$TMP"/dist/simcse-*.whl <<'EOF'
@@ -32,7 +34,6 @@ site_new=$("$TMP/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path
 "$PY" -m pip --python "$TMP/venv/bin/python" install -q --no-deps --no-index "$TMP"/dist/simcse-*.whl
 
 cd "$TMP"
-unset PYTHONPATH
 export PATH="$TMP/venv/bin:$PATH" HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
 python - <<'EOF'
 import sys, simcse
