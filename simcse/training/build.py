@@ -146,6 +146,7 @@ def build(model_args, data_args, training_args):
             data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
         if data_args.streaming:
             _check_streaming(model_args, training_args)
+        _check_fsdp_device(training_args)
         model = _load_model(model_args, dropout)
         if data_args.streaming:
             ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
@@ -268,6 +269,17 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
         training_args.ignore_data_skip = True
         trainer._stream_resume = str(training_args.resume_from_checkpoint)
     return trainer
+
+
+def _check_fsdp_device(training_args) -> None:
+    """``--fsdp`` needs CUDA: on the CPU, transformers and accelerate leave FSDP off and train with plain DDP
+    (``Trainer.is_fsdp_enabled`` is False, every process holds the whole model), which is refused rather than run
+    under a name it does not have."""
+    import torch
+
+    if training_args.fsdp and (training_args.use_cpu or not torch.cuda.is_available()):
+        raise ValueError("--fsdp needs CUDA GPUs: on the CPU transformers trains with plain DDP instead (no sharding); "
+                         "drop --fsdp to train data-parallel on CPU processes")
 
 
 def _check_streaming(model_args, training_args) -> None:

@@ -98,3 +98,12 @@ def test_lora_options_are_checked_before_loading(tmp_path, train_txt):
     assert "--lora_r must be a positive integer" in training_error(bad)
     no_r = argv[: argv.index("--lora_r")] + argv[argv.index("--lora_r") + 2:] + ["--merge_lora", "true"]
     assert "give --lora_r" in training_error(no_r)
+
+
+def test_fsdp_on_the_cpu_is_refused_not_run_as_ddp(tmp_path, train_txt):
+    """On the CPU transformers turns --fsdp into plain DDP (is_fsdp_enabled False): refused with the reason."""
+    from conftest import training_error
+
+    folder = make_tiny_decoder(tmp_path / "llama", "llama")
+    msg = training_error(_argv(folder, train_txt, tmp_path / "o", "--max_steps", "1", "--fsdp", "full_shard"))
+    assert "--fsdp needs CUDA GPUs" in msg
