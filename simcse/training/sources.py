@@ -126,7 +126,7 @@ def load_training_dataset(data_args, seed: int = 42):
         return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), ["sent0", "sent1"]
     ds = _to_views(ds, views)
     columns = [v for _, v in views]
-    ds = drop_incomplete_rows(ds, columns, label, "rows with an empty or missing view")
+    ds = drop_incomplete_rows(ds, columns, label, "rows with an empty or missing view", labels={v: c for c, v in views})
     if data_args.max_train_samples is not None:
         ds = ds.select(range(min(data_args.max_train_samples, len(ds))))
     logger.info("%s: %d rows, views %s from columns %s", label, len(ds), columns, [c for c, _ in views])
@@ -249,7 +249,8 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
     columns = [v for _, v in views]
     if data_args.max_train_samples is not None:
         stream = stream.take(data_args.max_train_samples)
-    stream = _to_views(stream, views).filter(complete_rows, batched=True, fn_kwargs={"columns": columns})
+    stream = _to_views(stream, views).filter(complete_rows, batched=True, with_indices=True, fn_kwargs={
+        "columns": columns, "source": f"dataset {data_args.dataset_name!r}", "labels": {v: c for c, v in views}})
     if data_args.shuffle_buffer_size:
         stream = stream.shuffle(seed=seed, buffer_size=data_args.shuffle_buffer_size)
     if world > 1:
