@@ -54,7 +54,8 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder or index records; cls for a plain HF encoder)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-length", type=int, default=128, help="truncation in tokens")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="truncation in tokens (default 128; for an --index, the one it was built with)")
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32")
 
 

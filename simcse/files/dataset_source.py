@@ -145,7 +145,10 @@ class DatasetRef:
     """One text column of one split of a dataset, as a sentence source (``simcse encode/index --dataset_name``).
 
     Attributes mirror :func:`load_dataset_source`: ``name``, ``config``, ``split``, ``data_files``, ``streaming``
-    (read lazily, never loaded whole), and ``column`` (the sentence column, ``text`` by default).
+    (read lazily, never loaded whole), and ``column`` (the sentence column, ``text`` by default). A ``name`` that
+    is an existing local folder is kept as its absolute path (``./corpus``, ``corpus`` and ``/abs/corpus`` are one
+    dataset, and a record read from another working folder still names it, not a Hub id). :meth:`identity` is
+    what tells two references apart: ``streaming`` is how the rows are read, not which rows.
     """
 
     name: str
@@ -154,6 +157,15 @@ class DatasetRef:
     split: str = "train"
     data_files: str | None = None
     streaming: bool = False
+
+    def __post_init__(self):
+        local = Path(self.name).expanduser() if isinstance(self.name, str) and self.name else None
+        if local is not None and local.exists():
+            object.__setattr__(self, "name", str(local.resolve()))
+
+    def identity(self) -> dict:
+        """The fields that decide which rows are read (all but ``streaming``), JSON-ready."""
+        return {k: v for k, v in asdict(self).items() if k != "streaming"}
 
     def rows(self) -> Iterator[tuple[int, str]]:
         """``(row number, text)`` in dataset order, numbered from 1 (as file lines are; :func:`dataset_rows`).

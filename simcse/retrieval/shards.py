@@ -182,12 +182,22 @@ def _rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
 DESCRIPTIVE_SETTINGS = ("model",)
 
 
+def _compared(run: dict, key: str):
+    """``run[key]`` as compared on resume: a dataset input by :meth:`DatasetRef.identity` (streaming or not
+    reads the same rows)."""
+    value = run.get(key)
+    if key == "input" and isinstance(value, dict) and "dataset" in value:
+        return DatasetRef.from_description(value).identity()
+    return value
+
+
 def _check_run(folder: Path, run: dict) -> None:
     """Write the run settings, or check them against those of the shards already in ``folder``."""
     f = folder / RUN_NAME
     if f.is_file():
         old = json.loads(f.read_text())
-        diff = sorted(k for k in set(old) | set(run) if old.get(k) != run.get(k) and k not in DESCRIPTIVE_SETTINGS)
+        diff = sorted(k for k in set(old) | set(run) if _compared(old, k) != _compared(run, k)
+                      and k not in DESCRIPTIVE_SETTINGS)
         if "model_fingerprint" in diff:
             raise ValueError(f"{folder} holds shards of another model than {run.get('model') or 'this one'} "
                              f"(fingerprint {str(old.get('model_fingerprint'))[:19]} there, "
