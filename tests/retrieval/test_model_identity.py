@@ -102,11 +102,17 @@ def test_shard_resume_identifies_the_model_by_content(models, corpus, tmp_path, 
     assert json.loads((out / MANIFEST_NAME).read_text()) == first
 
 
+def _saved_index(model, folder) -> SimCSE:
+    """A tool over ``model`` whose exact index of SENTENCES is saved in ``folder``."""
+    tool = SimCSE(str(model), device="cpu")
+    tool.build_index(SENTENCES, use_faiss=False)
+    tool.save_index(folder)
+    return tool
+
+
 def test_saved_index_records_and_checks_the_fingerprint(models, tmp_path):
     a, b = models
-    tool_a = SimCSE(str(a), device="cpu")
-    tool_a.build_index(SENTENCES, use_faiss=False)
-    tool_a.save_index(tmp_path / "idx")
+    tool_a = _saved_index(a, tmp_path / "idx")
     copy = tmp_path / "elsewhere" / "a"
     shutil.copytree(a, copy)
     same = SimCSE(str(copy), device="cpu")  # the same model in another folder searches the index
@@ -232,9 +238,7 @@ def test_an_index_recorded_with_the_earlier_fingerprint_still_loads(models, tmp_
     from simcse.models.folder import model_fingerprint
 
     a, b = models
-    tool = SimCSE(str(a), device="cpu")
-    tool.build_index(SENTENCES, use_faiss=False)
-    tool.save_index(tmp_path / "idx")
+    tool = _saved_index(a, tmp_path / "idx")
     meta_file = tmp_path / "idx" / "simcse_index.json"
     meta = json.loads(meta_file.read_text())
     meta["model_fingerprint"] = model_fingerprint(tool.model, legacy=True)
