@@ -50,7 +50,7 @@ def test_rows_are_numbered_from_one_in_every_message(csv_folder):
 def _data_args(name, **kw):
     base = dict(dataset_name=name, dataset_config_name=None, dataset_split="train", dataset_data_files=None,
                 sentence_column="text", sent0_column="sent0", sent1_column="sent1", hard_neg_column="hard_neg",
-                neutral_as_negative=False, no_hard_negatives=False, objective="simcse", max_train_samples=None,
+                neutral_as_negative=False, no_hard_negatives=False, positives="simcse", max_train_samples=None,
                 shuffle_buffer_size=0, max_seq_length=16)
     return SimpleNamespace(**{**base, **kw})
 
