@@ -146,7 +146,67 @@ def _check_fast_and_kind(faiss_fast: bool, kind: str | None) -> None:
                          "of them")
 
 
-class IndexLifecycle:
+class IndexIdentity:
+    """What ties an index's vectors to the encoding that made them, checked by :class:`IndexLifecycle`: the model
+    (:func:`simcse.models.folder.model_fingerprint`, earlier records' fingerprint accepted) and the ``max_length``
+    the vectors were encoded with (recorded, applied on load, one per index)."""
+
+    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
+        """ValueError unless the model that made some stored vectors is this tool's model: compared by
+        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
+        both folders exist. Queries encoded by another model would search vectors they do not match."""
+        if recorded_fingerprint is not None:
+            if recorded_fingerprint == self.model_fingerprint or recorded_fingerprint == self._legacy_fingerprint():
+                return
+        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
+                  and Path(self.model_name_or_path).exists()
+                  and not same_model_path(self.model_name_or_path, recorded_model)):
+            return
+        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
+        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
+        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
+                         "of another model: load that model, or encode the corpus again with this one")
+
+    def _effective_max_length(self, max_length: int) -> int:
+        """The truncation an encode with ``max_length`` applies (capped at the model's input limit)."""
+        return min(int(max_length), int(getattr(self.model, "max_input_tokens", max_length)))
+
+    def _check_index_max_length(self) -> None:
+        """Record the tool's max_length for a new index; ValueError when vectors of an index encoded with
+        another one would be mixed with this tool's (one index, one encoding)."""
+        mine = self._effective_max_length(self.max_length)
+        if self.index.ntotal == 0 or self._index_max_length is None and self._index_folder is None:
+            self._index_max_length = mine
+        elif self._index_max_length is not None and self._index_max_length != mine:
+            raise ValueError(f"the index was encoded with max_length {self._index_max_length}; this tool now encodes "
+                             f"with max_length {self.max_length}: set it back before adding to the index")
+
+    def _legacy_fingerprint(self) -> str | None:
+        """The fingerprint earlier versions recorded for this model (without the tokenizer's settings), so that
+        their indexes and shards still load; None for a model with its own fingerprint (ONNX)."""
+        from simcse.models.folder import model_fingerprint
+
+        return None if callable(getattr(self.model, "fingerprint", None)) else model_fingerprint(self.model, legacy=True)
+
+    def _recorded_max_length(self, recorded: int | None, folder: Path) -> int | None:
+        """Apply the ``max_length`` an index records (None: an index saved before it was recorded): the tool's
+        queries are then cut as the indexed sentences were. Returns the effective value.
+
+        Raises:
+            ValueError: the tool was given another ``max_length`` explicitly.
+        """
+        if recorded is None:
+            return None
+        recorded = self._effective_max_length(recorded)
+        if self._max_length_given and self._effective_max_length(self.max_length) != recorded:
+            raise ValueError(f"index {folder} was encoded with max_length {recorded}, this tool encodes with "
+                             f"max_length {self.max_length}: its queries would be cut otherwise than the indexed "
+                             f"sentences; leave max_length unset (or give {recorded}) to search it")
+        self.max_length = recorded  # queries encoded as the indexed sentences were
+        return recorded
+
+
+class IndexLifecycle(IndexIdentity):
     """build_index / add_to_index / search / save_index / load_index of :class:`simcse.SimCSE` (see the module)."""
 
     index = None
@@ -227,43 +287,6 @@ class IndexLifecycle:
             store.extend(chunk)
         self.index, self.sentences, self._index_folder = index, store, None
         self._index_max_length = None if recorded is None else self._effective_max_length(recorded)
-
-    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
-        """ValueError unless the model that made some stored vectors is this tool's model: compared by
-        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
-        both folders exist. Queries encoded by another model would search vectors they do not match."""
-        if recorded_fingerprint is not None:
-            if recorded_fingerprint == self.model_fingerprint or recorded_fingerprint == self._legacy_fingerprint():
-                return
-        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
-                  and Path(self.model_name_or_path).exists()
-                  and not same_model_path(self.model_name_or_path, recorded_model)):
-            return
-        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
-        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
-        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
-                         "of another model: load that model, or encode the corpus again with this one")
-
-    def _effective_max_length(self, max_length: int) -> int:
-        """The truncation an encode with ``max_length`` applies (capped at the model's input limit)."""
-        return min(int(max_length), int(getattr(self.model, "max_input_tokens", max_length)))
-
-    def _check_index_max_length(self) -> None:
-        """Record the tool's max_length for a new index; ValueError when vectors of an index encoded with
-        another one would be mixed with this tool's (one index, one encoding)."""
-        mine = self._effective_max_length(self.max_length)
-        if self.index.ntotal == 0 or self._index_max_length is None and self._index_folder is None:
-            self._index_max_length = mine
-        elif self._index_max_length is not None and self._index_max_length != mine:
-            raise ValueError(f"the index was encoded with max_length {self._index_max_length}; this tool now encodes "
-                             f"with max_length {self.max_length}: set it back before adding to the index")
-
-    def _legacy_fingerprint(self) -> str | None:
-        """The fingerprint earlier versions recorded for this model (without the tokenizer's settings), so that
-        their indexes and shards still load; None for a model with its own fingerprint (ONNX)."""
-        from simcse.models.folder import model_fingerprint
-
-        return None if callable(getattr(self.model, "fingerprint", None)) else model_fingerprint(self.model, legacy=True)
 
     def _writable_sentences(self):
         """The sentence store to append to: a new temporary one (with the current sentences copied in)
@@ -448,13 +471,6 @@ class IndexLifecycle:
                                  f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
             self._check_same_model(meta.get("model_fingerprint"), meta.get("model_name_or_path") or None,
                                    f"index {folder} was built with")
-        recorded = meta.get("max_length") if meta_file.is_file() else None
-        if recorded is not None:
-            recorded = self._effective_max_length(recorded)
-            if self._max_length_given and self._effective_max_length(self.max_length) != recorded:
-                raise ValueError(f"index {folder} was encoded with max_length {recorded}, this tool encodes with "
-                                 f"max_length {self.max_length}: its queries would be cut otherwise than the indexed "
-                                 f"sentences; leave max_length unset (or give {recorded}) to search it")
-            self.max_length = recorded  # queries encoded as the indexed sentences were
+        recorded = self._recorded_max_length(meta.get("max_length") if meta_file.is_file() else None, folder)
         self.index, self.sentences, self._index_max_length = index, sentences, recorded
         self._index_folder = folder.resolve()
