@@ -189,8 +189,8 @@ class IndexIdentity:
         return None if callable(getattr(self.model, "fingerprint", None)) else model_fingerprint(self.model, legacy=True)
 
     def _recorded_max_length(self, recorded: int | None, folder: Path) -> int | None:
-        """Apply the ``max_length`` an index records (None: an index saved before it was recorded): the tool's
-        queries are then cut as the indexed sentences were. Returns the effective value.
+        """Apply the ``max_length`` an index (or the shards it is built from) records (None: saved before it was
+        recorded): the tool's queries are then cut as the indexed sentences were. Returns the effective value.
 
         Raises:
             ValueError: the tool was given another ``max_length`` explicitly.
@@ -199,7 +199,7 @@ class IndexIdentity:
             return None
         recorded = self._effective_max_length(recorded)
         if self._max_length_given and self._effective_max_length(self.max_length) != recorded:
-            raise ValueError(f"index {folder} was encoded with max_length {recorded}, this tool encodes with "
+            raise ValueError(f"{folder} was encoded with max_length {recorded}, this tool encodes with "
                              f"max_length {self.max_length}: its queries would be cut otherwise than the indexed "
                              f"sentences; leave max_length unset (or give {recorded}) to search it")
         self.max_length = recorded  # queries encoded as the indexed sentences were
@@ -281,12 +281,13 @@ class IndexLifecycle(IndexIdentity):
         self._check_same_model(shards.manifest.get("model_fingerprint"), shards.manifest.get("model"),
                                f"the shards in {folder} were encoded by")
         recorded = shards.manifest.get("max_length")
+        self._recorded_max_length(recorded, folder)  # before the (long) build: another explicit one is refused
         index = index_from_shards(shards, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         store = SentenceStore.temporary()
         for chunk in _chunks(shards.iter_sentences(), 100_000):
             store.extend(chunk)
         self.index, self.sentences, self._index_folder = index, store, None
-        self._index_max_length = None if recorded is None else self._effective_max_length(recorded)
+        self._index_max_length = self._recorded_max_length(recorded, folder)
 
     def _writable_sentences(self):
         """The sentence store to append to: a new temporary one (with the current sentences copied in)

@@ -205,8 +205,11 @@ def test_index_from_shards_records_the_shards_max_length(models, corpus, tmp_pat
     assert _encode(a, corpus, shards, "--max-length", "6") == 0
     tool = SimCSE(str(a), device="cpu")
     tool.build_index(str(shards), use_faiss=False)
+    assert tool.max_length == 6  # queries are cut as the shards' sentences were
     tool.save_index(tmp_path / "idx")
     assert json.loads((tmp_path / "idx" / "simcse_index.json").read_text())["max_length"] == 6
+    with pytest.raises(ValueError, match="was encoded with max_length 6, this tool encodes with max_length 16"):
+        SimCSE(str(a), device="cpu", max_length=16).build_index(str(shards), use_faiss=False)
 
 
 def test_a_local_dataset_folder_is_one_dataset_however_spelled(models, tmp_path, monkeypatch, capsys):
