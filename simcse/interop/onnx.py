@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simcse.files.storage import signals_end_the_write
 from simcse.models.folder import model_fingerprint
 
 ONNX_SUBDIR = "onnx"
@@ -148,26 +149,27 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".onnx-tmp-", dir=out))
     try:
-        fp32 = tmp / ONNX_FP32_NAME
-        _export_fp32(model, fp32, input_names, opset)
-        optimized = optimize and _optimize(fp32, model)
-        files = [ONNX_FP32_NAME]
-        if quantize == "int8":
-            quantize_int8(fp32, tmp / ONNX_INT8_NAME)
-            files.append(ONNX_INT8_NAME)
-        meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
-                "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
-                "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
-                "ort_optimized": bool(optimized), "opset": opset,
-                "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
-        (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
-            model.tokenizer.save_pretrained(out)
-            (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
-        dest = out / ONNX_SUBDIR
-        dest.mkdir(exist_ok=True)
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, dest / f.name)
+        with signals_end_the_write():  # a SIGTERM removes the temporary folder too
+            fp32 = tmp / ONNX_FP32_NAME
+            _export_fp32(model, fp32, input_names, opset)
+            optimized = optimize and _optimize(fp32, model)
+            files = [ONNX_FP32_NAME]
+            if quantize == "int8":
+                quantize_int8(fp32, tmp / ONNX_INT8_NAME)
+                files.append(ONNX_INT8_NAME)
+            meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
+                    "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
+                    "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
+                    "ort_optimized": bool(optimized), "opset": opset,
+                    "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
+            (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+            if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
+                model.tokenizer.save_pretrained(out)
+                (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
+            dest = out / ONNX_SUBDIR
+            dest.mkdir(exist_ok=True)
+            for f in sorted(tmp.iterdir()):
+                os.replace(f, dest / f.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -298,7 +298,7 @@ def _streaming_dataset(data_args, training_args, tok):
     ds, columns = streaming_training_set(
         data_args, tok, seed=training_args.seed, rank=training_args.process_index,
         world=max(1, training_args.world_size),
-        batch_per_step=training_args.train_batch_size * training_args.gradient_accumulation_steps,
+        batch_size=training_args.train_batch_size, drop_last=training_args.dataloader_drop_last,
         resume_from=training_args.resume_from_checkpoint)
     if training_args.dataloader_num_workers:
         logger.info("--streaming: the stream is read in the main process (--dataloader_num_workers ignored)")
@@ -322,14 +322,17 @@ def _check_output_room(model, training_args, checkpoints: bool) -> None:
         raise SetupError(f"--output_dir: {e}") from e
 
 def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
-    """Drop the last batch of each epoch when it would hold a single example without a hard negative.
+    """Drop the last batch of each epoch when it would hold a single example without a hard negative
+    (:func:`simcse.training.sources.unusable_last_batch`, the rule a stream's last batch follows too).
 
     InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
     dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
     A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
     """
+    from simcse.training.sources import unusable_last_batch
+
     per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
-    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
+    if training_args.dataloader_drop_last or not unusable_last_batch(n_rows % per_step, n_views) or n_rows == 1:
         return
     training_args.dataloader_drop_last = True
     logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
