@@ -376,9 +376,9 @@ class DataTrainingArguments:
 
     def prompt_map(self) -> dict:
         """--prompts as a dict (empty when unset)."""
-        import json
+        from simcse.training.data import column_prompts
 
-        return json.loads(self.prompts) if self.prompts else {}
+        return column_prompts(self.prompts)
 
     def _check_source(self) -> None:
         """Exactly one of --train_file / --dataset_name, and the options that go with each."""

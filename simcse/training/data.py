@@ -357,6 +357,15 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
                              "prompts": prompts})
 
 
+def column_prompts(value) -> dict:
+    """``--prompts`` (a JSON object string, a dict or None) as a dict of view column -> prefix text."""
+    import json
+
+    if not value:
+        return {}
+    return dict(value) if isinstance(value, dict) else json.loads(value)
+
+
 def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None) -> dict:
     """One batch of rows (``{column: list of str}``) -> ``{input_ids: [[view 0 ids, view 1 ids, ...], ...], ...}``
     (each view cut at ``max_seq_length`` tokens): the map function of :func:`tokenize_dataset`, and of a

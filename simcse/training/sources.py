@@ -43,6 +43,7 @@ from simcse.training.data import (
     complete_rows,
     consecutive_pairs,
     drop_incomplete_rows,
+    column_prompts,
     tokenize_views,
 )
 
@@ -257,7 +258,7 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
         stream = split_dataset_by_node(stream, rank=rank, world_size=world)
     stream = stream.map(tokenize_views, batched=True, remove_columns=columns, fn_kwargs={
         "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length,
-        "prompts": data_args.prompt_map()})
+        "prompts": column_prompts(getattr(data_args, "prompts", None))})
     start, epoch, state = 0, 0, None
     if resume_from:
         saved = os.path.join(resume_from, STREAM_STATE_NAME.format(rank=rank))
