@@ -20,7 +20,7 @@ import torch
 
 from simcse.files.dataset_source import DatasetRef
 from simcse.files.inputs import check_sentences, iter_sentences
-from simcse.files.storage import writing
+from simcse.files.storage import make_temp_folder, ordinary_permissions, writing
 from simcse.retrieval.index import INDEX_CONFIG_NAME, KIND_ALIASES, load_index, make_index
 from simcse.retrieval.scoring import search_index
 from simcse.retrieval.shards import ShardSet, index_from_shards, is_shard_folder
@@ -46,9 +46,10 @@ def _replace_folder(folder: Path, write) -> None:
     folder = Path(folder)
     check_index_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tmp = make_temp_folder(folder.parent, f".{folder.name}.tmp-")  # published with an ordinary folder's mode
     try:
         write(tmp)
+        ordinary_permissions(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
