@@ -34,16 +34,21 @@ TASK_SETS = {
 TASK_SETS["full"] = TASK_SETS["sts"] + TASK_SETS["transfer"]
 
 
-class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's "(default: X)" after each option's help, except where the default is None: those options
-    say in their own words what happens without them."""
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except where the default is None or the help already
+    states it ("default ..."): those options say in their own words what happens without them. The ``simcse``
+    sub-commands' help uses it too (:mod:`simcse.cli`)."""
 
     def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
+        text = action.help or ""
+        if action.default is None or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsHelp)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=DefaultsHelpFormatter)
     p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
     p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one the model folder records (simcse_config.json or a sentence-transformers "
                    "1_Pooling; another --pooler is then an error, as in SimCSE(folder, pooler=...)), for the "

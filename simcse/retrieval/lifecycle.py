@@ -41,6 +41,9 @@ def _chunks(it, size: int) -> Iterator[list]:
         yield buf
 
 
+SEARCH_THRESHOLD = 0.6  # search()'s default minimum cosine: the reference tool's SimCSE.search default (simcse search too)
+
+
 def _replace_folder(folder: Path, write) -> None:
     """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
     folder = Path(folder)
@@ -294,7 +297,7 @@ class IndexLifecycle:
                 bar.close()
         return added
 
-    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = 0.6,
+    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = SEARCH_THRESHOLD,
                top_k: int = 5, **encode_kwargs) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
         """The indexed sentences most similar to each query (the reference's ``search``, same parameter order).
 
