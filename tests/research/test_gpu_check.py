@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA_MIRROR
 from simcse.research import gpu_bundle as B
 from simcse.research import gpu_check as G
 from simcse.research import gpu_parts as P
 
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = os.environ.get("SIMCSE_DATA_MIRROR")
+MIRROR = str(DATA_MIRROR) if DATA_MIRROR else None  # $SIMCSE_DATA_MIRROR, or where setup linked data/ from
 needs_mirror = pytest.mark.skipif(not (MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file()),
                                   reason="needs SIMCSE_DATA_MIRROR (the project's data mirror)")
 
