@@ -368,3 +368,21 @@ def test_short_form_of_the_example_writes_its_own_folder(tmp_path, train_txt, en
         assert "--output_dir" not in line  # the config's output_dir applies
     else:
         assert line.endswith(expected) or f"{expected} " in line, line
+
+
+def test_training_on_a_cpu_only_machine_warns_nothing_of_its_own(tmp_path, tiny_bert_dir, train_txt, monkeypatch):
+    """HF's default --dataloader_pin_memory true made torch warn at every DataLoader on a machine without an
+    accelerator; the trainer turns pinning off there. --gradient_checkpointing is passed under today's name."""
+    import warnings
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = [a for a in _args(tiny_bert_dir, train_txt, tmp_path / "out", "--max_steps", "2", "--pooler_type", "avg",
+                             "--gradient_checkpointing", "true")]
+    for flag in ("--dataloader_pin_memory", "--use_cpu"):  # HF's defaults (pinning on), as the reference's scripts
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(argv)
+    ours = [w for w in caught if "pin_memory" in str(w.message) or "gradient_checkpointing" in str(w.message)]
+    assert not ours, [str(w.message) for w in ours]
