@@ -38,7 +38,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simcse.evaluation.cli import DefaultsHelpFormatter
+from simcse.evaluation.cli import DefaultsHelpFormatter, add_both_spellings
 from simcse.files.errors import UsageError
 from simcse.interop.commands import cmd_convert, cmd_export
 from simcse.retrieval.commands import cmd_encode, cmd_index, cmd_search
@@ -75,24 +75,6 @@ def _add_dataset_args(p: argparse.ArgumentParser) -> None:
                    help="the dataset's sentence column (default text)")
     g.add_argument("--streaming", action="store_true", help="read the dataset as a stream (never loaded whole; "
                    "default: loaded as a dataset)")
-
-
-def add_both_spellings(parser: argparse.ArgumentParser) -> None:
-    """Let every long option of ``parser`` be given with underscores or dashes (``--top_k`` / ``--top-k``,
-    ``--model_name_or_path`` / ``--model``): the reference's and HF's underscore names are listed first in the
-    help, the other spelling is accepted too. Names that another option already uses are left alone."""
-    taken = parser._option_string_actions  # argparse's own table of option strings (stable since Python 3.2)
-    for action in parser._actions:
-        names = list(action.option_strings)
-        for name in action.option_strings:
-            if not name.startswith("--"):
-                continue
-            for alt in ("--" + name[2:].replace("-", "_"), "--" + name[2:].replace("_", "-")):
-                if alt not in names and alt not in taken:
-                    names.append(alt)
-                    taken[alt] = action
-        # short options, then the underscore names (the first long name given stays first among them), then dashes
-        action.option_strings = sorted(names, key=lambda n: (n.startswith("--"), "-" in n[2:], names.index(n)))
 
 
 def _spelled(argv: list[str], dest: str) -> str:

@@ -352,3 +352,11 @@ def test_underscore_and_dash_spellings_give_the_same_search(tmp_path, tiny_bert_
     assert outs[0] == outs[1] and len(json.loads(outs[0])["results"]) == 2
     assert cli.main(["search", "--index", str(idx), "--query", "x", "--top_k", "0"]) == 2
     assert "--top_k must be a positive integer, got 0" in capsys.readouterr().err  # the spelling given
+
+
+def test_evaluate_takes_the_same_spellings():
+    from simcse.evaluation.cli import parse_args
+
+    a = parse_args(["--model", "m", "--batch-size", "8", "--max-seq-length", "32", "--task-set", "sts"])
+    b = parse_args(["--model_name_or_path", "m", "--batch_size", "8", "--max_seq_length", "32", "--task_set", "sts"])
+    assert vars(a) == vars(b) and (a.model_name_or_path, a.batch_size, a.task_set) == ("m", 8, "sts")
