@@ -360,3 +360,23 @@ def test_evaluate_takes_the_same_spellings():
     a = parse_args(["--model", "m", "--batch-size", "8", "--max-seq-length", "32", "--task-set", "sts"])
     b = parse_args(["--model_name_or_path", "m", "--batch_size", "8", "--max_seq_length", "32", "--task_set", "sts"])
     assert vars(a) == vars(b) and (a.model_name_or_path, a.batch_size, a.task_set) == ("m", 8, "sts")
+
+
+@pytest.mark.parametrize("name", sorted({*cli.COMMANDS, *cli.PASS_THROUGH}))
+def test_every_sub_command_usage_and_errors_name_simcse_and_the_command(name, capsys, monkeypatch):
+    """As under ``python -m simcse`` (argv[0] ``__main__.py``): usage and argparse errors say ``simcse <name>``."""
+    monkeypatch.setattr(sys, "argv", ["/x/simcse/__main__.py", name, "--help"])
+    try:
+        status = cli.main([name, "--help"])
+    except SystemExit as e:
+        status = e.code
+    assert status == 0
+    assert capsys.readouterr().out.startswith(f"usage: simcse {name} ")
+    if name == "train":  # its parser's errors are its own one-line "error: ..." (no usage)
+        return
+    try:
+        cli.main([name, "--no-such-option"])
+    except SystemExit:
+        pass
+    err = capsys.readouterr().err
+    assert f"usage: simcse {name} " in err and f"simcse {name}: error:" in err, err
