@@ -293,7 +293,7 @@ class DataTrainingArguments:
         default=True,
         metadata={"help": "Keep the checkpoint-N folders (weights, optimizer state) in --output_dir after training, "
                           "as HF Trainer does. false: once the final model is saved there, they are removed, so "
-                          "--output_dir holds the model only (the packaged configs say false)."},
+                          "--output_dir holds the model only (the configs of the paper's runs and the CPU defaults say false)."},
     )
     eval_transfer: bool = field(
         default=False,

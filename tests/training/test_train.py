@@ -292,7 +292,7 @@ def _eval_run_args(model_dir, train_file, out, senteval, *extra):
 
 
 def test_final_folder_holds_the_model_only_with_keep_checkpoints_false(tmp_path, tiny_bert_dir, train_txt, capsys):
-    """--keep_checkpoints false (the packaged configs' value): after the final save the checkpoint-N folders are
+    """--keep_checkpoints false (the paper and CPU default configs' value): after the final save the checkpoint-N folders are
     removed, the output says so; by default (HF Trainer's behaviour) they stay and the output names them. Each
     evaluation starts with a progress line; the STS-B dev change is printed from the measured values."""
     from conftest import write_senteval
@@ -328,7 +328,9 @@ def test_packaged_configs_remove_checkpoints_and_the_cpu_default_uses_the_models
     from simcse.training.config import load_config
 
     configs = Path(__file__).resolve().parents[2] / "configs"
-    for f in configs.glob("*.json"):
+    paper_and_cpu = sorted(configs.glob("*sup_*.json"))  # the paper's eight runs and the two CPU defaults
+    assert len(paper_and_cpu) == 10
+    for f in paper_and_cpu:
         assert load_config(f)["keep_checkpoints"] is False, f.name
     cfg = load_config(configs / "unsup_cpu_minilm.json")
     assert cfg["pooler_type"] == "avg" and not cfg.get("mlp_only_train")
