@@ -20,7 +20,7 @@ import torch
 
 from simcse.files.dataset_source import DatasetRef
 from simcse.files.inputs import check_sentences, iter_sentences
-from simcse.files.storage import writing
+from simcse.files.storage import make_temp_folder, ordinary_permissions, writing
 from simcse.retrieval.index import INDEX_CONFIG_NAME, KIND_ALIASES, load_index, make_index
 from simcse.retrieval.scoring import search_index
 from simcse.retrieval.shards import ShardSet, index_from_shards, is_shard_folder
@@ -41,14 +41,18 @@ def _chunks(it, size: int) -> Iterator[list]:
         yield buf
 
 
+SEARCH_THRESHOLD = 0.6  # search()'s default minimum cosine: the reference tool's SimCSE.search default (simcse search too)
+
+
 def _replace_folder(folder: Path, write) -> None:
     """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
     folder = Path(folder)
     check_index_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tmp = make_temp_folder(folder.parent, f".{folder.name}.tmp-")  # published with an ordinary folder's mode
     try:
         write(tmp)
+        ordinary_permissions(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -350,7 +354,7 @@ class IndexLifecycle(IndexIdentity):
                 bar.close()
         return added
 
-    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = 0.6,
+    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = SEARCH_THRESHOLD,
                top_k: int = 5, **encode_kwargs) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
         """The indexed sentences most similar to each query (the reference's ``search``, same parameter order).
 

@@ -258,7 +258,10 @@ class StartingService:
 
 
 def _info(tool, model_name: str, source: str, status: str, size: int, backend: str | None) -> dict:
-    return {"status": status, "model": model_name, "model_path": tool.model_name_or_path, "pooler": tool.pooler,
+    # "pooler": what encodes (cls_before_pooler for a cls model trained with mlp_only_train); "pooler_type": as recorded
+    in_use = getattr(tool.model, "inference_pooler", tool.pooler)
+    return {"status": status, "model": model_name, "model_path": tool.model_name_or_path, "pooler": in_use,
+            "pooler_type": tool.pooler,
             "size": size, "backend": backend, "dim": tool.hidden_size, "source": source, "device": str(tool.device),
             "version": __version__, "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
             "limits": {"max_top_k": MAX_TOP_K, "max_text_chars": MAX_TEXT_CHARS, "max_batch": MAX_BATCH,

@@ -289,6 +289,12 @@ class DataTrainingArguments:
         metadata={"help": "Train into --output_dir even when it exists and is not empty (otherwise refused, as in "
                           "the reference; --resume_from_checkpoint also allows it)."},
     )
+    keep_checkpoints: bool = field(
+        default=True,
+        metadata={"help": "Keep the checkpoint-N folders (weights, optimizer state) in --output_dir after training, "
+                          "as HF Trainer does. false: once the final model is saved there, they are removed, so "
+                          "--output_dir holds the model only (the configs of the paper's runs and the CPU defaults say false)."},
+    )
     eval_transfer: bool = field(
         default=False,
         metadata={"help": "Also score the 7 transfer tasks (dev accuracy, fast 5-fold mode) at every evaluation, "

@@ -132,8 +132,13 @@ def build(model_args, data_args, training_args):
     consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
+    import torch
+
     from simcse.training.data import tokenize_dataset
 
+    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
+        # pinned host memory only helps copies to an accelerator; without one torch warns at every DataLoader
+        training_args.dataloader_pin_memory = False
     augmentation = model_args.augmentation
     dropout = model_args.dropout
     if augmentation != "none" and not model_args.augmentation_with_dropout:

@@ -21,6 +21,12 @@ RENAMED = {
     "per_gpu_train_batch_size": "per_device_train_batch_size",
     "per_gpu_eval_batch_size": "per_device_eval_batch_size",
 }
+# HF's older names that transformers 5 still takes with a FutureWarning: passed on under today's name, said once
+# in the log (the reference's and many HF users' --gradient_checkpointing keeps working, without the warning)
+RENAMED_IN_5 = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
+}
 # transformers 4.2 fields that are gone: (takes a value?, what to do instead). Dropped with one line.
 REMOVED = {
     "logging_dir": (True, "transformers 5 has no --logging_dir; set the TENSORBOARD_LOGGING_DIR environment variable"),
@@ -57,7 +63,8 @@ def translate_legacy_args(argv: list[str]) -> list[str]:
     """Return ``argv`` with transformers-4 ``TrainingArguments`` options rewritten for transformers 5.
 
     ``--evaluation_strategy``, ``--no_cuda``, ``--per_gpu_{train,eval}_batch_size`` are renamed
-    (``--eval_strategy``, ``--use_cpu``, ``--per_device_*``); ``--adafactor`` becomes ``--optim adafactor``;
+    (``--eval_strategy``, ``--use_cpu``, ``--per_device_*``), and ``--gradient_checkpointing[_kwargs]`` (which
+    transformers 5 takes with a FutureWarning) becomes ``--activation_checkpointing[_kwargs]``; ``--adafactor`` becomes ``--optim adafactor``;
     the removed apex/TPU/fairscale/logging-dir options are dropped with their value. Each logs one warning
     line naming the old and the new form. Both ``--name value`` and ``--name=value`` are understood; other
     arguments are returned unchanged and in order.
@@ -74,6 +81,10 @@ def translate_legacy_args(argv: list[str]) -> list[str]:
         if name in RENAMED:
             new = RENAMED[name]
             logger.warning("--%s is the transformers 4 name of --%s; using --%s (deprecated spelling)", name, new, new)
+            out.append(f"--{new}" if value is None else f"--{new}={value}")
+        elif name in RENAMED_IN_5:
+            new = RENAMED_IN_5[name]
+            logger.info("--%s is HF's older name of --%s; using --%s", name, new, new)
             out.append(f"--{new}" if value is None else f"--{new}={value}")
         elif name in REMOVED:
             is_bool = not REMOVED[name][0]

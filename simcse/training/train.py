@@ -300,7 +300,7 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     results = {}
     if data_args.eval_before_training:
         results["before"] = trainer.evaluate()
-        _print_metrics("before training (dev)", results["before"])
+        _print_metrics(f"before training (dev; the starting model with pooler {model_args.pooler_type})", results["before"])
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if _stopped_by_signal(trainer, argv, training_args):
         sys.exit(EXIT_PREEMPTED)
@@ -317,6 +317,7 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
         trainer.eval_transfer = data_args.eval_transfer or training_args.do_eval  # the reference's --do_eval
         results["after"] = trainer.evaluate(metric_key_prefix="final")
         _print_metrics("after training (dev)", results["after"])
+        _print_gain(results)
     if data_args.test_after_training and training_args.should_save:
         from simcse.evaluation import evaluate
 
@@ -334,20 +335,42 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
 
         write_text_atomic(Path(training_args.output_dir) / "simcse_results.json", json.dumps(results, indent=2),
                           what="the results (simcse_results.json)")
+        from simcse.training.checkpoints import remove_checkpoints
+        from simcse.training.config import hub_model_id
+
         with writing("the model card", training_args.output_dir):
             card_after_training(training_args.output_dir, (model_args, data_args, training_args), results,
-                                model_name=training_args.hub_model_id if training_args.push_to_hub else None)
+                                model_name=training_args.hub_model_id if training_args.push_to_hub else None,
+                                base_model=hub_model_id(model_args.model_name_or_path))
+        if not data_args.keep_checkpoints:  # the final model is saved: the folder keeps the model only
+            remove_checkpoints(training_args.output_dir)
     if training_args.push_to_hub:
         trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
     if training_args.should_save:
-        _print_next_steps(training_args.output_dir)
+        _print_next_steps(training_args.output_dir, data_args.keep_checkpoints)
     return results
 
 
-def _print_next_steps(output_dir: str) -> None:
-    """Say where the trained model is and the commands that use it (the pooler is read from the folder)."""
+def _print_gain(results: dict) -> None:
+    """One line: STS-B dev Spearman x 100 before training, after it, and the change."""
+    before = (results.get("before") or {}).get("eval_stsb_spearman")
+    after = (results.get("after") or {}).get("final_stsb_spearman")
+    if before is not None and after is not None:
+        print(f"[simcse] STS-B dev: {100 * before:.2f} before training -> {100 * after:.2f} after "
+              f"({100 * (after - before):+.2f})", flush=True)
+
+
+def _print_next_steps(output_dir: str, keep_checkpoints: bool = True) -> None:
+    """Say where the trained model and the checkpoints are and the commands that use the model (the pooler is
+    read from the folder)."""
     out = Path(output_dir).resolve()
+    kept = sorted(str(p) for p in out.glob("checkpoint-*") if p.is_dir())
+    if kept:
+        where = "kept in " + ", ".join(kept) + " (--keep_checkpoints false removes them after the final save)"
+    else:
+        where = "removed after the final save (--keep_checkpoints false)" if not keep_checkpoints else "none saved"
     print(f"[simcse] trained model: {out}\n"
+          f"[simcse] checkpoints:   {where}\n"
           f"[simcse] evaluate it:   simcse evaluate --model_name_or_path {out} --task_set full\n"
           f"[simcse] use it:        python -c \"from simcse import SimCSE; m = SimCSE('{out}'); "
           f"print(m.similarity('A man is playing a guitar.', 'A person plays music.'))\"", flush=True)

@@ -90,14 +90,21 @@ def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
 
 
 @pytest.mark.slow
-def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt):
+def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt, capsys,
+                                                                  monkeypatch):
+    import simcse.training.dev_eval as dev_eval
+
     argv = _base(tiny_bert_dir, train_txt, tmp_path / "o") + [
         "--per_device_train_batch_size", "8", "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps", "1",
         "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
         "--eval_transfer", "--senteval_dir", str(write_senteval(tmp_path / "downstream"))]
+    monkeypatch.setattr(dev_eval, "PROGRESS_BAR_FROM", 10)  # the tiny tasks' few sentences count as a long encode
     trainer = run_training(argv)
     evals = [h for h in trainer.state.log_history if "eval_stsb_spearman" in h]
     assert evals and all("eval_avg_transfer" in h and "eval_TREC" in h for h in evals)
+    captured = capsys.readouterr()
+    assert "[simcse] evaluating at step 1: STS-B and SICK-R dev and the 7 transfer tasks" in captured.out
+    assert "encoding" in captured.err  # the progress bar of the transfer tasks' encode
 
 
 # ------------------------------------------------------------------------------------------ output folder
@@ -180,3 +187,20 @@ def test_tokenizer_name_resizes_embeddings_as_the_reference(tmp_path, tiny_bert_
     trainer = build(m, d, t)
     assert len(trainer.model.tokenizer) == len(tok)
     assert trainer.model.encoder.get_input_embeddings().num_embeddings == len(tok)
+
+
+def test_gradient_checkpointing_is_passed_as_activation_checkpointing_without_a_future_warning(tmp_path, tiny_bert_dir,
+                                                                                            train_txt):
+    import warnings
+
+    from simcse.training.compat import translate_legacy_args
+    from simcse.training.train import parse_args
+
+    assert translate_legacy_args(["--gradient_checkpointing", "true", "--gradient_checkpointing_kwargs={}"]) == [
+        "--activation_checkpointing", "true", "--activation_checkpointing_kwargs={}"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # transformers warns for the old name
+        _, _, args = parse_args(["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt),
+                                 "--output_dir", str(tmp_path / "o"), "--use_cpu", "true",
+                                 "--gradient_checkpointing", "true"])
+    assert args.activation_checkpointing is True and args.gradient_checkpointing is True
