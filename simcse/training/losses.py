@@ -7,6 +7,17 @@ import math
 import torch
 import torch.nn.functional as F
 
+from simcse.files.checks import check_number
+
+
+def check_temperature(temp, name: str = "temp") -> float:
+    """``temp`` unchanged when it is a finite number > 0 (the InfoNCE temperature tau; the paper's 0.05).
+
+    Raises:
+        ValueError: one line naming ``name`` (``--temp`` on the command line).
+    """
+    return check_number(temp, name, 0, low_open=True)
+
 
 def cosine_logits(z1: torch.Tensor, z2: torch.Tensor, temp: float) -> torch.Tensor:
     """Cosine similarity of every row of ``z1`` (N, H) with every row of ``z2`` (M, H), divided by ``temp``.
@@ -65,8 +76,7 @@ def info_nce(
     negs = list(negatives)
     while negs and negs[-1] is None:
         negs.pop()
-    if not temp > 0 or not math.isfinite(temp):
-        raise ValueError(f"temp must be a finite number > 0, got {temp!r}")
+    check_temperature(temp)
     if not hard_negative_alpha >= 0:
         raise ValueError(f"hard_negative_alpha must be >= 0, got {hard_negative_alpha!r}")
     if z1.dim() != 2 or z2.dim() != 2 or z1.shape[1] != z2.shape[1]:

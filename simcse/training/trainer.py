@@ -31,8 +31,8 @@ import torch
 from torch import nn
 
 from simcse.training.distributed import all_gather_with_grad, world_info
-from simcse.training.gradcache import cuda_devices_of, grad_cache_step, split_chunks
-from simcse.training.losses import info_nce, mlm_loss
+from simcse.training.gradcache import check_chunk_size, cuda_devices_of, grad_cache_step, split_chunks
+from simcse.training.losses import check_temperature, info_nce, mlm_loss
 from simcse.training.checkpoints import CheckpointHooks
 from simcse.training.dev_eval import DevEvaluation, STSDevSet
 from simcse.training.sources import StreamingHooks
@@ -50,6 +50,11 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
             reference's ``hard_negative_weight`` w is ``log(alpha)``.
         eval_transfer: :meth:`evaluate` also scores the 7 transfer tasks (dev accuracy, the reference's
             ``--eval_transfer``).
+        final_eval_transfer: the final evaluation (``metric_key_prefix="final"``) scores them too (the
+            reference's ``--do_eval``).
+        run_command: the shell command of the run, written into each checkpoint (the resume line).
+        stream_resume: a ``--streaming`` run resuming from this checkpoint (its random state is restored at the
+            first step; :class:`simcse.training.sources.StreamingHooks`).
         mlm_weight: lambda of the auxiliary MLM loss (Appendix D) when the batch carries ``mlm_input_ids``.
         senteval_dir: SentEval ``downstream`` folder for dev evaluation (default: see
             :func:`simcse.evaluation.resolve_senteval_dir`).
@@ -91,23 +96,24 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
     def __init__(self, *args, temp: float = 0.05, hard_negative_alpha: float = 1.0, mlm_weight: float = 0.1,
                  senteval_dir: str | None = None, eval_max_length: int | None = None,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
-                 no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, **kwargs):
+                 no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False,
+                 final_eval_transfer: bool = False, run_command: str | None = None, stream_resume: str | None = None,
+                 **kwargs):
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
         self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
                                       kwargs.get("args", args[1] if len(args) > 1 else None), mlm_weight)
         super().__init__(*args, **kwargs)
-        if not temp > 0:
-            raise ValueError(f"temp must be > 0, got {temp}")
-        if gradient_cache_chunk_size is not None and (not isinstance(gradient_cache_chunk_size, int) or gradient_cache_chunk_size < 0):
-            raise ValueError(f"gradient_cache_chunk_size must be None or an integer >= 0 (0 = off), got {gradient_cache_chunk_size!r}")
-        self.temp = temp
+        self.temp = check_temperature(temp)
         self.hard_negative_alpha = hard_negative_alpha
         self.eval_transfer = bool(eval_transfer)
+        self.final_eval_transfer = bool(final_eval_transfer)
+        self.run_command = run_command
+        self._stream_resume = stream_resume
         self.mlm_weight = mlm_weight
         self.senteval_dir = senteval_dir
         self.eval_max_length = eval_max_length
-        self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
+        self.gradient_cache_chunk_size = check_chunk_size(gradient_cache_chunk_size)
         self.fixed_dropout = bool(fixed_dropout)
         self.no_duplicates_rows = no_duplicates_rows
         self.mlm_masker = mlm_masker
