@@ -22,14 +22,18 @@ def check_int(value, name: str, minimum: int | None = 1, maximum: int | None = N
     ``allow_none``: None passes too. ``hint`` is appended to the message (e.g. ``" (0 = off)"``).
 
     Raises:
-        ValueError: one line, e.g. ``--gradient_accumulation_steps must be an integer >= 1, got 0``.
+        ValueError: one line, e.g. ``--gradient_accumulation_steps must be a positive int, got 0``,
+            ``--shuffle_buffer_size must be an integer >= 0, got -1``, ``dim must be an integer in [1, 8], got 9``.
     """
     if value is None and allow_none:
         return value
     if not is_integer(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        want = ("an integer" + (f" >= {minimum}" if minimum is not None else "")
-                + (f" and <= {maximum}" if maximum is not None and minimum is not None else
-                   f" <= {maximum}" if maximum is not None else ""))
+        if minimum is not None and maximum is not None:
+            want = f"an integer in [{minimum}, {maximum}]"
+        elif minimum == 1:
+            want = "a positive int"
+        else:
+            want = "an integer" + (f" >= {minimum}" if minimum is not None else f" <= {maximum}" if maximum is not None else "")
         raise ValueError(f"{name} must be {want}{hint}, got {value!r}")
     return value
 
