@@ -46,7 +46,8 @@ def _types():
 
 
 def _prog() -> str:
-    return "simcse train" if os.path.basename(sys.argv[0] if sys.argv else "") == "simcse" else None
+    """``python scripts/train.py`` when run as that script, else ``simcse train``."""
+    return "train.py" if os.path.basename(sys.argv[0] if sys.argv else "") == "train.py" else "simcse train"
 
 
 class _Help(argparse.Action):
