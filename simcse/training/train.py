@@ -199,7 +199,8 @@ def _print_next_steps(output_dir: str) -> None:
     """Say where the trained model is and the commands that use it (the pooler is read from the folder)."""
     out = Path(output_dir).resolve()
     print(f"[simcse] trained model: {out}\n"
-          f"[simcse] evaluate it:   simcse evaluate --model_name_or_path {out} --task_set full\n"
+          f"[simcse] evaluate it:   simcse evaluate --model_name_or_path {out} --task_set sts --mode test"
+          f"   (the paper's STS table; --task_set full adds the 7 transfer tasks, many minutes on a CPU)\n"
           f"[simcse] use it:        python -c \"from simcse import SimCSE; m = SimCSE('{out}'); "
           f"print(m.similarity('A man is playing a guitar.', 'A person plays music.'))\"", flush=True)
 

@@ -197,3 +197,10 @@ def test_the_python_entry_of_the_docs_trains(tmp_path, monkeypatch, minilm_dir):
     assert (tmp_path / "result" / "from-python" / "model.safetensors").is_file()
     assert scope["training_args"].output_dir == "result/from-python-config"
     assert scope["model_args"].pooler_type == "cls" and scope["training_args"].max_steps == 2  # config + overrides
+
+
+def test_the_printed_next_step_evaluates_as_the_readme_does(tmp_path, capsys):
+    train_mod._print_next_steps(str(tmp_path))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "evaluate it:" in ln)
+    assert "--task_set sts --mode test" in line
+    assert "--task_set sts --mode test" in (REPO / "README.md").read_text()
