@@ -1,4 +1,5 @@
-"""Tiny random encoders that need no download: for tests of your own objectives, poolers or data code.
+"""Tiny random encoders and decoder LLMs that need no download: for tests of your own objectives, poolers or
+data code, and the CPU demo of the decoder recipe (:func:`tiny_decoder`).
 
     from simcse.models.testing import tiny_encoder
     folder = tiny_encoder(tmp_path / "tiny")            # a 2-layer, hidden-32 random BERT with its tokenizer
@@ -73,4 +74,50 @@ def tiny_encoder(folder: str | Path, *, arch: str = "bert", layers: int = 2, hid
         model = RobertaModel(RobertaConfig(pad_token_id=0, bos_token_id=2, eos_token_id=3, type_vocab_size=1, **common))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
+    return folder
+
+
+DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2")
+DECODER_SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>", "<mask>")
+
+
+def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 0.1, seed: int = 0,
+                 words=WORDS) -> Path:
+    """Save a random ``family`` causal LM (``*ForCausalLM``: the base model and its LM head; hidden 32, 2 layers,
+    4 heads, 2 key-value heads) and a word-level tokenizer into ``folder`` (created); return ``folder``.
+
+    The tokenizer (a ``PreTrainedTokenizerFast`` over :data:`DECODER_SPECIAL_TOKENS` and ``words``, lower-cased,
+    split at whitespace and punctuation) has pad, bos, eos and mask tokens.
+
+    Raises:
+        ValueError: an unknown ``family`` (lists :data:`DECODER_FAMILIES`).
+    """
+    import torch
+    import transformers as tf
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    if family not in DECODER_FAMILIES:
+        raise ValueError(f"family: expected one of {list(DECODER_FAMILIES)}, got {family!r}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {w: i for i, w in enumerate(dict.fromkeys([*DECODER_SPECIAL_TOKENS, *words]))}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.normalizer = normalizers.Lowercase()
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = tf.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                                     eos_token="</s>", mask_token="<mask>", model_max_length=64)
+    tok.save_pretrained(folder)
+    ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+               eos_token_id=tok.eos_token_id)
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=dropout,
+                                                 embd_pdrop=dropout, attn_pdrop=dropout, **ids))
+    else:
+        name = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma": "Gemma"}[family]
+        cfg = getattr(tf, f"{name}Config")(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                            max_position_embeddings=64, attention_dropout=dropout, **ids)
+        model = getattr(tf, f"{name}ForCausalLM")(cfg)
+    model.save_pretrained(folder)
     return folder

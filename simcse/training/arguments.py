@@ -90,6 +90,29 @@ class ModelArguments:
         metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "
                           "for BERT/RoBERTa) or 'eager'. Unset: transformers' choice."},
     )
+    # ---- decoder LLMs (docs/llm.md)
+    bidirectional: bool | None = field(
+        default=None,
+        metadata={"help": "Decoder LLMs (Llama, Mistral, Qwen, Gemma, GPT-2...): true switches attention to "
+                          "bidirectional (LLM2Vec's first step, through the config's is_causal; recorded in the "
+                          "saved config.json), false keeps it causal. Unset: the checkpoint's own setting. "
+                          "Refused (true) for encoders."},
+    )
+    lora_r: int | None = field(
+        default=None,
+        metadata={"help": "Train LoRA adapters of this rank (peft) instead of all weights; the base model is frozen. "
+                          "Unset: full fine-tuning."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (scale alpha / r). Unset: 2 x lora_r (LLM2Vec's runs)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch, in [0, 1)."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated names of the linear layers to adapt. Unset: LLM2Vec's list for Llama, "
+                          "Mistral, Gemma, Qwen2/3 (q,k,v,o,gate,up,down projections); GPT-2: c_attn,c_proj,c_fc."})
+    merge_lora: bool = field(
+        default=False,
+        metadata={"help": "Save the final model with the adapters merged into full weights (a plain model folder, "
+                          "loadable by sentence-transformers); default: the adapter and a reference to the base model. "
+                          "Checkpoints always hold the adapter only."})
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,
@@ -177,6 +200,12 @@ class ModelArguments:
         check_temperature(self.temp, name="--temp")
         self._resolve_hard_negative()
         self._check_objective()
+        if self.lora_r is not None and (isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r < 1):
+            raise ValueError(f"--lora_r must be a positive integer, got {self.lora_r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_r is None and (self.merge_lora or self.lora_target_modules or self.lora_alpha is not None):
+            raise ValueError("--merge_lora, --lora_alpha and --lora_target_modules apply to LoRA training: give --lora_r")
         if not self.mlm_weight >= 0:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
@@ -226,6 +255,13 @@ class DataTrainingArguments:
         metadata={"help": "'default': a plain random order (the paper's recipe); 'no_duplicates': an order in which no "
                           "global batch holds one text twice, so repeated texts (e.g. a premise with several "
                           "hypotheses) never act as negatives of themselves; no row is dropped."},
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={"help": "Per-column text prefixes as a JSON object (sentence-transformers' training prompts), e.g. "
+                          "'{\"sent0\": \"Given a sentence, retrieve a paraphrase: \"}' (an instruction for decoder "
+                          "embedders). Applied before tokenisation; saved in the model folder, where the prompt of "
+                          "sent0 (the queries) becomes the default prompt of encode, the index and the server."},
     )
     eval_max_length: int | None = field(
         default=None,
@@ -297,7 +333,31 @@ class DataTrainingArguments:
         check_int(self.eval_max_length, "--eval_max_length", 2, allow_none=True, hint=" or unset")
         check_int(self.max_train_samples, "--max_train_samples", 1, allow_none=True)
         check_int(self.preprocessing_num_workers, "--preprocessing_num_workers", 1, allow_none=True)
+        self._check_prompts()
         self._check_source()
+
+    def _check_prompts(self) -> None:
+        """--prompts: a JSON object (string, or an object from a config file) of view column -> prefix text."""
+        import json
+
+        if self.prompts is None:
+            return
+        value = self.prompts
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--prompts must be a JSON object of column: prefix, got {self.prompts!r}: {e}") from None
+        columns = ("sent0", "sent1", "hard_neg", "neutral")
+        if not isinstance(value, dict) or not all(k in columns and isinstance(v, str) for k, v in value.items()):
+            raise ValueError(f"--prompts must map view columns {list(columns)} to prefix strings, got {self.prompts!r}")
+        self.prompts = json.dumps(value)
+
+    def prompt_map(self) -> dict:
+        """--prompts as a dict (empty when unset)."""
+        from simcse.training.data import column_prompts
+
+        return column_prompts(self.prompts)
 
     def _check_source(self) -> None:
         """Exactly one of --train_file / --dataset_name, and the options that go with each."""

@@ -56,10 +56,15 @@ def _load_model(model_args, dropout: float | None):
         hf_kwargs["config"], names = encoder_config_with_dropout(
             config_source, dropout, trust_remote_code=model_args.trust_remote_code)
         logger.info("dropout p=%g set on config attributes %s", dropout, names)
-    elif model_args.config_name:
+    elif model_args.config_name or model_args.bidirectional is not None:
         from transformers import AutoConfig
 
         hf_kwargs["config"] = AutoConfig.from_pretrained(config_source, trust_remote_code=model_args.trust_remote_code, **hub)
+    if model_args.bidirectional is not None:
+        from simcse.models.decoder import set_bidirectional
+
+        set_bidirectional(hf_kwargs["config"], model_args.bidirectional, repr(model_args.model_name_or_path))
+        logger.info("decoder attention: %s", "bidirectional" if model_args.bidirectional else "causal")
     model = SimCSEModel.from_pretrained(
         model_args.model_name_or_path,
         pooler_type=model_args.pooler_type,
@@ -161,6 +166,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
             data_args = with_values(data_args, senteval_dir=str(resolve_senteval_dir(data_args.senteval_dir)))
         if data_args.streaming:
             _check_streaming(model_args, training_args)
+        _check_fsdp_device(training_args)
         model = _load_model(model_args, dropout)
         if data_args.streaming:
             ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
@@ -175,6 +181,17 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
                          f"use --max_seq_length {limit} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
+    if model_args.lora_r is not None:
+        from simcse.models.lora import apply_lora
+
+        try:
+            model.encoder = apply_lora(model.encoder, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout,
+                                       model_args.lora_target_modules)
+        except ValueError as e:
+            raise SetupError(str(e)) from e
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("LoRA r=%d: %d trainable parameters of %d", model_args.lora_r, trainable,
+                    sum(p.numel() for p in model.parameters()))
     if model_args.cpu_dropout:
         logger.info("CPU dropout masks (simcse.models.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:
@@ -189,6 +206,12 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         except (ValueError, OSError) as e:
             raise SetupError(str(e)) from e
     source = data_args.train_file or data_args.dataset_name
+    prompts = data_args.prompt_map()
+    if prompts:
+        if augmentation != "none":
+            raise SetupError("--prompts with --augmentation: the augmenting collator tokenises the raw text; give one")
+        model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
+        logger.info("prompts %s (the sent0 prompt is the saved model's default prompt)", prompts)
     objective = _objective(model_args, model.tokenizer)
     try:
         objective.check_columns(columns, source)
@@ -203,7 +226,8 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
-            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers,
+                                  prompts=data_args.prompt_map())
     else:
         training_args = with_values(training_args, remove_unused_columns=False)  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)
@@ -263,8 +287,20 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
         final_eval_transfer=data_args.eval_transfer or training_args.do_eval,  # the reference's --do_eval
         stream_resume=str(training_args.resume_from_checkpoint) if data_args.streaming and training_args.resume_from_checkpoint else None,
         callbacks=[SaveOnSignalCallback(signals)] if signals else None,
+        merge_lora=model_args.merge_lora,
     )
     return trainer
+
+
+def _check_fsdp_device(training_args) -> None:
+    """``--fsdp`` needs CUDA: on the CPU, transformers and accelerate leave FSDP off and train with plain DDP
+    (``Trainer.is_fsdp_enabled`` is False, every process holds the whole model), which is refused rather than run
+    under a name it does not have."""
+    import torch
+
+    if training_args.fsdp and (training_args.use_cpu or not torch.cuda.is_available()):
+        raise ValueError("--fsdp needs CUDA GPUs: on the CPU transformers trains with plain DDP instead (no sharding); "
+                         "drop --fsdp to train data-parallel on CPU processes")
 
 
 def _check_streaming(model_args, training_args) -> None:
@@ -283,7 +319,7 @@ def _streaming_dataset(data_args, training_args, tok):
     ds, columns = streaming_training_set(
         data_args, tok, seed=training_args.seed, rank=training_args.process_index,
         world=max(1, training_args.world_size),
-        batch_per_step=training_args.train_batch_size * training_args.gradient_accumulation_steps,
+        batch_size=training_args.train_batch_size, drop_last=training_args.dataloader_drop_last,
         resume_from=training_args.resume_from_checkpoint)
     if training_args.dataloader_num_workers:
         logger.info("--streaming: the stream is read in the main process (--dataloader_num_workers ignored)")
@@ -307,14 +343,17 @@ def _check_output_room(model, training_args, checkpoints: bool) -> None:
         raise SetupError(f"--output_dir: {e}") from e
 
 def _one_row_last_batch(n_rows: int, n_views: int, training_args) -> bool:
-    """Whether to drop the last batch of each epoch: it would hold a single example without a hard negative.
+    """Whether to drop the last batch of each epoch: it would hold a single example without a hard negative
+    (:func:`simcse.training.sources.unusable_last_batch`, the rule a stream's last batch follows too).
 
     InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
     dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
     A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
     """
+    from simcse.training.sources import unusable_last_batch
+
     per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
-    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
+    if training_args.dataloader_drop_last or not unusable_last_batch(n_rows % per_step, n_views) or n_rows == 1:
         return False
     logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
                    "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,

@@ -46,7 +46,12 @@ def _types():
 
 
 def _prog() -> str:
-    """``python scripts/train.py`` when run as that script, else ``simcse train``."""
+    """``simcse train`` (also while :func:`simcse.cli.main` runs it, :func:`simcse.files.errors.command_prog`), or
+    ``train.py`` when run as ``python scripts/train.py``."""
+    from simcse.files.errors import command_prog
+
+    if command_prog("train"):
+        return command_prog("train")
     return "train.py" if os.path.basename(sys.argv[0] if sys.argv else "") == "train.py" else "simcse train"
 
 

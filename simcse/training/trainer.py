@@ -94,7 +94,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
     def __init__(self, *args, objective=None, temp: float = 0.05, hard_negative_alpha: float = 1.0,
                  mlm_weight: float = 0.1, senteval_dir: str | None = None, eval_max_length: int | None = None,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
-                 no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False,
+                 no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, merge_lora: bool = False,
                  final_eval_transfer: bool = False, run_command: str | None = None, stream_resume: str | None = None,
                  **kwargs):
         if objective is None:  # the keyword arguments of the reference's trainer: InfoNCE with its ablations
@@ -123,6 +123,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
         self.eval_max_length = eval_max_length
         self.gradient_cache_chunk_size = check_chunk_size(gradient_cache_chunk_size)
         self.no_duplicates_rows = no_duplicates_rows
+        self.merge_lora = bool(merge_lora)
         self._loss_parts: dict[str, list[float]] = {}
         self._check_objective_setup()
         if self.gradient_cache_chunk_size:
