@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from simcse.files.inputs import cell_text, first_undecodable_line, iter_lines, open_bytes, open_text
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -283,8 +284,7 @@ def consecutive_pairs(lines, window: int, rng=None, max_pairs: int | None = None
     Raises:
         ValueError: ``window < 1``, or ``window > 1`` without ``rng``.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    check_int(window, "window")
     if window > 1 and rng is None:
         raise ValueError("window > 1 draws the positive at random: pass rng (a random.Random)")
     anchors: list[str] = []

@@ -24,7 +24,10 @@ class STSDevSet:
 
 class DevEvaluation(Trainer):
     """The ``evaluate`` hook of :class:`simcse.training.trainer.SimCSETrainer` (see the module); it relies on the
-    trainer's ``senteval_dir``, ``eval_max_length`` and ``eval_transfer``."""
+    trainer's ``senteval_dir``, ``eval_max_length``, ``eval_transfer`` and ``final_eval_transfer`` (the final
+    evaluation, ``metric_key_prefix="final"``, with the transfer tasks)."""
+
+    final_eval_transfer = False  # set by the trainer's constructor
 
     # ------------------------------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -48,7 +51,7 @@ class DevEvaluation(Trainer):
                                              "each logs when done)" if self.eval_transfer else "")
             print(f"\n[simcse] evaluating at step {self.state.global_step}: {what}", flush=True)
         scores = senteval.evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
-        if self.eval_transfer:
+        if self.eval_transfer or (metric_key_prefix == "final" and self.final_eval_transfer):
             scores.update(self._transfer_dev(encode, data_dir))
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
         metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0

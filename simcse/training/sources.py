@@ -136,7 +136,7 @@ def load_training_dataset(data_args, seed: int = 42):
 
 def unusable_last_batch(rows: int, n_views: int) -> bool:
     """True for a last batch InfoNCE cannot train on: one sentence (``rows`` counted over all processes) and no
-    hard-negative view. A ``--train_file`` drops it (:func:`simcse.training.build._drop_one_row_last_batch`),
+    hard-negative view. A ``--train_file`` drops it (:func:`simcse.training.build._one_row_last_batch`),
     and so does a stream that ends with it (:class:`StreamingTrainSet`): one rule for both."""
     return rows == 1 and n_views < 3
 
