@@ -113,21 +113,23 @@ def profile(args, precision: str) -> None:
     from torch.profiler import ProfilerActivity, profile as torch_profile, schedule
     from transformers import TrainerCallback, set_seed
 
-    from simcse.training.train import build, parse_args
+    from simcse.training import build_trainer, training_arguments
+    from simcse.training.parser import parse_command_line
 
     torch.set_num_threads(args.threads)
     total = args.warmup + args.steps
     with tempfile.TemporaryDirectory(prefix="profile_step_") as out:
         train_file = Path(out) / "train.txt"  # the first sentences only (the trainer reads the whole file)
         train_file.write_text("\n".join(read_sentences(args.data, 64 * total)) + "\n", encoding="utf-8")
-        argv = [str(REPO / "configs" / "unsup_cpu_minilm.json"), "--train_file", str(train_file), "--output_dir", out,
-                "--max_steps", str(total), "--max_train_samples", str(64 * total), "--eval_strategy", "no",
-                "--save_strategy", "no", "--load_best_model_at_end", "false", "--eval_before_training", "false",
-                "--test_after_training", "false", "--disable_tqdm", "true", "--logging_steps", "10000",
-                "--bf16", "true" if precision == "bf16" else "false", "--use_cpu", "true", *args.ours_args]
-        model_args, data_args, training_args = parse_args(argv)
+        options = dict(train_file=str(train_file), output_dir=out, max_steps=total, max_train_samples=64 * total,
+                       eval_strategy="no", save_strategy="no", load_best_model_at_end=False,
+                       eval_before_training=False, test_after_training=False, disable_tqdm=True,
+                       logging_steps=10000, bf16=precision == "bf16", use_cpu=True)
+        options.update(parse_command_line(args.ours_args).options)  # --ours-args: options typed by the user
+        model_args, data_args, training_args = training_arguments(str(REPO / "configs" / "unsup_cpu_minilm.json"),
+                                                                  **options)
         set_seed(training_args.seed)
-        trainer = build(model_args, data_args, training_args)
+        trainer = build_trainer(model_args, data_args, training_args)
         marks: list[float] = []
         prof = torch_profile(activities=[ProfilerActivity.CPU],
                              schedule=schedule(wait=0, warmup=args.warmup - 1, active=args.steps, repeat=1))

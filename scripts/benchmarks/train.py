@@ -108,20 +108,18 @@ def _common_training_args(args, out: str) -> dict:
 def _train_ours(args, sentences, out):
     from transformers import set_seed
 
-    from simcse.training.train import build, parse_args
+    from simcse.training import build_trainer, training_arguments
+    from simcse.training.parser import parse_command_line
 
     train_file = Path(out) / "train.txt"
     train_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    kw = _common_training_args(args, out)
-    argv = ["--model_name_or_path", args.model, "--train_file", str(train_file), "--pooler_type", args.pooler,
-            "--temp", "0.05", "--max_seq_length", str(args.max_seq_length), "--eval_before_training", "false",
-            "--test_after_training", "false"]
-    for k, v in kw.items():
-        argv += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
-    argv += args.ours_args
-    model_args, data_args, training_args = parse_args(argv)
+    options = dict(_common_training_args(args, out), model_name_or_path=args.model, train_file=str(train_file),
+                   pooler_type=args.pooler, temp=0.05, max_seq_length=args.max_seq_length,
+                   eval_before_training=False, test_after_training=False)
+    options.update(parse_command_line(args.ours_args).options)  # --ours-args: options typed by the user
+    model_args, data_args, training_args = training_arguments(None, **options)
     set_seed(args.seed)
-    trainer = build(model_args, data_args, training_args)
+    trainer = build_trainer(model_args, data_args, training_args)
     counter = _CountingCollator(trainer.data_collator, lambda b: [b["attention_mask"]])
     trainer.data_collator = counter
     record: list = []

@@ -43,18 +43,16 @@ WIKI = "wiki1m_for_simcse.txt"
 def _worker(side: str, data: str, folder: str, out: str, warmup: int, steps: int) -> dict:
     from transformers import TrainerCallback, set_seed
 
-    from simcse.training.train import build, parse_args
+    from simcse.training import build_trainer, training_arguments
 
-    source = (["--train_file", data] if side == "file" else
-              ["--dataset_name", folder, "--dataset_data_files", WIKI])
-    argv = ["--config", "unsup_cpu_minilm", *source, "--output_dir", out, "--overwrite_output_dir", "true",
-            "--max_steps", str(warmup + steps), "--eval_strategy", "no", "--save_strategy", "no",
-            "--load_best_model_at_end", "false", "--eval_before_training", "false", "--test_after_training", "false",
-            "--logging_steps", "1", "--disable_tqdm", "true", "--save_on_signal", "none"]
+    source = dict(train_file=data) if side == "file" else dict(dataset_name=folder, dataset_data_files=WIKI)
     t0 = time.perf_counter()
-    model_args, data_args, training_args = parse_args(argv)
+    model_args, data_args, training_args = training_arguments(
+        "unsup_cpu_minilm", **source, output_dir=out, overwrite_output_dir=True, max_steps=warmup + steps,
+        eval_strategy="no", save_strategy="no", load_best_model_at_end=False, eval_before_training=False,
+        test_after_training=False, logging_steps=1, disable_tqdm=True, save_on_signal="none")
     set_seed(training_args.seed)
-    trainer = build(model_args, data_args, training_args)
+    trainer = build_trainer(model_args, data_args, training_args)
     setup = time.perf_counter() - t0
     marks: list = []
 

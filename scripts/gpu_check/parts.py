@@ -25,7 +25,7 @@ from simcse.research.pretrain import PretrainArguments, pretrain, time_budget_ca
 from simcse.research.reproduce import STS_TASKS, sts_scores
 from simcse.training.gradcache import grad_cache_step, split_chunks
 from simcse.training.losses import info_nce
-from simcse.training.train import build, parse_args
+from simcse.training import build_trainer, training_arguments
 
 # 7-task STS averages (Spearman x 100) of SimCSE on Google's fully pretrained small BERTs, as published in
 # ConGen (Limkonchotiwat et al., Findings of EMNLP 2022), its repository's result tables
@@ -202,13 +202,14 @@ def _cut_senteval(src: Path, dst: Path, lines: int) -> Path:
         target.write_bytes(b"".join(head))
     return dst
 
-def _train(argv: list[str], seconds: float):
-    """:func:`simcse.training.train.build` + train for at most ``seconds`` -> (the unwrapped model in eval mode, info)."""
+def _train(options: dict, seconds: float):
+    """:func:`simcse.training.build_trainer` on ``options`` (the training options by name) + train for at most
+    ``seconds`` -> (the unwrapped model in eval mode, info)."""
     from transformers import set_seed
 
-    model_args, data_args, training_args = parse_args(argv)
+    model_args, data_args, training_args = training_arguments(None, **options)
     set_seed(training_args.seed)
-    trainer = build(model_args, data_args, training_args)
+    trainer = build_trainer(model_args, data_args, training_args)
     trainer.add_callback(time_budget_callback(seconds / 60.0))
     t0 = time.time()
     res = trainer.train()
@@ -323,28 +324,25 @@ def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) ->
     for pooler in RAW_POOLERS:
         score(f"raw, {pooler}", SimCSEModel.from_pretrained(str(raw), pooler_type=pooler))
 
-    common = ["--model_name_or_path", str(raw), "--max_seq_length", str(cfg["max_seq_length"]), "--temp", "0.05",
-              "--seed", "42", "--report_to", "none", "--save_strategy", "no", "--eval_strategy", "no",
-              "--eval_before_training", "false", "--test_after_training", "false", "--logging_first_step", "true",
-              "--disable_tqdm", "true", "--senteval_dir", str(senteval), "--dataloader_num_workers", "0"]
-    common += ["--bf16", "true"] if bf16 else ["--bf16", "false", "--use_cpu", "true"]
+    common = dict(model_name_or_path=str(raw), max_seq_length=cfg["max_seq_length"], temp=0.05, seed=42,
+                  report_to="none", save_strategy="no", eval_strategy="no", eval_before_training=False,
+                  test_after_training=False, logging_first_step=True, disable_tqdm=True, senteval_dir=str(senteval),
+                  dataloader_num_workers=0, bf16=bool(bf16), use_cpu=not bf16)
     unsup_file = work / "unsup.txt"  # only the sentences the run reads: the whole file would be read into Arrow
     with open(wiki, encoding="utf-8") as src, open(unsup_file, "w", encoding="utf-8") as dst:
         for _, line in zip(range(cfg["unsup_steps"] * cfg["unsup_batch"]), src):
             dst.write(line)
-    unsup_argv = common + ["--train_file", str(unsup_file), "--output_dir", str(work / "unsup"), "--pooler_type", "cls",
-                           "--mlp_only_train", "true", "--per_device_train_batch_size", str(cfg["unsup_batch"]),
-                           "--learning_rate", str(cfg["unsup_lr"]), "--max_steps", str(cfg["unsup_steps"]),
-                           "--logging_steps", str(max(1, min(50, cfg["unsup_steps"] // 10)))]
-    model, info = _train(unsup_argv, cfg["unsup_s"])
+    unsup_options = dict(common, train_file=str(unsup_file), output_dir=str(work / "unsup"), pooler_type="cls",
+                      mlp_only_train=True, per_device_train_batch_size=cfg["unsup_batch"], learning_rate=cfg["unsup_lr"],
+                      max_steps=cfg["unsup_steps"], logging_steps=max(1, min(50, cfg["unsup_steps"] // 10)))
+    model, info = _train(unsup_options, cfg["unsup_s"])
     result["stages"]["unsup"] = {**info, "batch": cfg["unsup_batch"], "lr": cfg["unsup_lr"]}
     score("unsup SimCSE", model)
     del model
-    sup_argv = common + ["--train_file", str(nli), "--output_dir", str(work / "sup"), "--pooler_type", "cls",
-                         "--mlp_only_train", "false", "--per_device_train_batch_size", str(cfg["sup_batch"]),
-                         "--learning_rate", str(cfg["sup_lr"]), "--num_train_epochs", str(cfg["sup_epochs"]),
-                         "--logging_steps", "1" if tiny else "25"]
-    model, info = _train(sup_argv, cfg["sup_s"])
+    sup_options = dict(common, train_file=str(nli), output_dir=str(work / "sup"), pooler_type="cls",
+                    mlp_only_train=False, per_device_train_batch_size=cfg["sup_batch"], learning_rate=cfg["sup_lr"],
+                    num_train_epochs=cfg["sup_epochs"], logging_steps=1 if tiny else 25)
+    model, info = _train(sup_options, cfg["sup_s"])
     result["stages"]["sup"] = {**info, "batch": cfg["sup_batch"], "lr": cfg["sup_lr"]}
     score("sup SimCSE", model)
     raw_best = max(result["rows"][f"raw, {p}"]["Avg."] for p in RAW_POOLERS)
