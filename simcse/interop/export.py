@@ -74,8 +74,9 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
         raise ValueError(
-            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module only reads "
-            f"the last layer); exportable poolers: {sorted(ST_POOLING_MODES)}"
+            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module reads the last "
+            f"layer's [CLS] or mean, and cannot insert a prompt template's tokens); exportable poolers: "
+            f"{sorted(ST_POOLING_MODES)}"
         )
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")

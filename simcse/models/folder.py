@@ -25,7 +25,7 @@ from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
-from simcse.models.pooling import get_pooler, recorded_pooler
+from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.st_files import write_sentence_transformers_files
 
@@ -262,8 +262,10 @@ def model_fingerprint(model) -> str:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model_fingerprint takes a SimCSEModel, got {type(model).__name__}")
     h = hashlib.sha256()
+    prompt = getattr(model, "prompt", None)
     h.update(json.dumps({"pooler_type": getattr(model, "pooler_type", None),
-                         "mlp_only_train": bool(getattr(model, "mlp_only_train", False))}, sort_keys=True).encode())
+                         "mlp_only_train": bool(getattr(model, "mlp_only_train", False)),
+                         **({"prompt": prompt.to_dict()} if prompt is not None else {})}, sort_keys=True).encode())
     state = model.state_dict()
     unused = ("mlm_head.",) + (("mlp.",) if getattr(model, "mlp_only_train", False) else ())  # not in encode()
     for name in sorted(k for k in state if not k.startswith(unused)):
@@ -287,6 +289,7 @@ class SavedFolder:
             "pooler_type": self.pooler_type,
             "mlp_only_train": self.mlp_only_train,
             "hidden_size": self.hidden_size,
+            **({"prompt": self.prompt.to_dict()} if getattr(self, "prompt", None) is not None else {}),
         }
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
@@ -371,6 +374,7 @@ class SavedFolder:
         mlp_only_train: bool | None = None,
         new_mlp_init: str = "encoder_pooler",
         trust_remote_code: bool = False,
+        prompt: dict | None = None,
         **hf_kwargs,
     ) -> "SavedFolder":
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, a folder written by the
@@ -390,6 +394,8 @@ class SavedFolder:
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
                 ``"random"`` draws N(0, initializer_range) like the reference trainer's fresh ``MLPLayer``.
             trust_remote_code: passed to transformers; off by default.
+            prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig`
+                dict); default: the one the folder records.
             hf_kwargs: more ``AutoModel.from_pretrained`` options (``dtype``, ``attn_implementation``...).
 
         Raises:
@@ -416,7 +422,10 @@ class SavedFolder:
         hf_dense = _pooler_dense(hf_pooler)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
                                                   **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
-        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
+        if prompt is None and cfg is not None and pooler_type in PROMPT_POOLERS:
+            prompt = cfg.get("prompt")
+        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler,
+                    prompt=prompt)
         if model.mlp is not None:
             mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():

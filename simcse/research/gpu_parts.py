@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import POOLERS
+from simcse.models.pooling import POOLERS, PROMPT_POOLERS
 from simcse.research.gpu_bundle import REPO, _read_json, _write_json
 from simcse.research.pretrain import PretrainArguments, pretrain, time_budget_callback
 from simcse.research.reproduce import STS_TASKS, sts_scores
@@ -112,7 +112,7 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
         _write_json(path, result)
 
     texts = _sentences(n)
-    for pooler in POOLERS:
+    for pooler in [p for p in POOLERS if p not in PROMPT_POOLERS]:  # a prompt pooler needs a template
         padded = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler).to(dev).eval()
         free = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler).to(dev).eval()
         free.load_state_dict(padded.state_dict())
