@@ -178,14 +178,15 @@ class RankCSE(Objective):
 
     @torch.no_grad()
     def teacher_embeddings(self, batch, view: int) -> list[torch.Tensor]:
-        """Each teacher's (B, H_t) embeddings of view ``view`` of ``batch``'s (B, V, L) ids."""
+        """Each teacher's (B, H_t) float32 (float64 for a float64 teacher) embeddings of view ``view`` of
+        ``batch``'s (B, V, L) ids."""
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch]
         inputs = {k: batch[k][:, view] for k in keys}
         out = []
         for t in self._teachers:
             if t.device != inputs["input_ids"].device:
                 t.to(inputs["input_ids"].device)
-            out.append(t(**inputs).float())
+            out.append(_wide(t(**inputs)))
         return out
 
     def teacher_scores(self, batch, context: LossContext) -> torch.Tensor:

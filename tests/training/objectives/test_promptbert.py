@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import SENTENCES, make_tiny_model
+from conftest import SENTENCES, make_tiny_model, write_corpus
 from simcse.models.modeling import SimCSEModel
 from simcse.training.objectives import build_objective
 from simcse.training.objectives.base import LossContext
@@ -148,3 +148,51 @@ def test_setup_refuses_another_pooler(tiny):
 def test_bad_loss_args_are_named(args, key):
     with pytest.raises(ValueError, match=key):
         build_objective("promptbert", args)
+
+
+def test_gathered_negatives_equal_one_big_batch():
+    """Two simulated processes (gathered keys, local queries, averaged) give the one-process loss and gradient."""
+    from conftest import simulated_ranks
+
+    objective = build_objective("promptbert")
+    e = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64, requires_grad=True)
+    one = objective.loss(e, {}, LossContext(model=None))
+    (g_one,) = torch.autograd.grad(one, e)
+    two = simulated_ranks(objective, e, {"input_ids": torch.zeros(8, 2, 3, dtype=torch.long)})
+    (g_two,) = torch.autograd.grad(two, e)
+    assert abs(one.item() - two.item()) < 1e-9 and torch.allclose(g_one, g_two, atol=1e-12)
+
+
+PROMPT_ARGS = {"template": "the {sentence} is {mask} .", "template2": "a {sentence} was {mask} ."}
+
+
+@pytest.mark.slow
+def test_trains_resumes_exactly_and_the_folder_encodes_with_the_template(tmp_path):
+    from conftest import assert_resume_is_exact, objective_argv
+    from simcse import SimCSE
+
+    model_dir, corpus = make_tiny_model(tmp_path / "m", "bert"), write_corpus(tmp_path)
+    full = assert_resume_is_exact(lambda out, *extra: objective_argv(
+        model_dir, corpus, out, "promptbert", PROMPT_ARGS, "--pooler_type", "prompt_mask", "--mlp_only_train", "true",
+        *extra), tmp_path)
+    saved = SimCSEModel.from_pretrained(str(tmp_path / "full"))
+    assert saved.pooler_type == "prompt_mask" and saved.prompt.templates == tuple(PROMPT_ARGS.values())
+    tool = SimCSE(str(tmp_path / "full"))
+    got = torch.as_tensor(tool.encode(SENTENCES[:4], normalize_to_unit=False))
+    assert torch.allclose(got, torch.as_tensor(full.model.encode(SENTENCES[:4])), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_gradient_caching_equals_the_whole_batch(tmp_path):
+    from conftest import objective_argv, run_training, trainer_state
+
+    model_dir, corpus = make_tiny_model(tmp_path / "m", "bert", dropout=0.0), write_corpus(tmp_path)
+    runs = [run_training(objective_argv(model_dir, corpus, tmp_path / f"o{i}", "promptbert", PROMPT_ARGS,
+                                        "--pooler_type", "prompt_mask", "--mlp_only_train", "true", "--max_steps", "2",
+                                        "--save_strategy", "no", "--optim", "sgd", *extra))
+            for i, extra in enumerate([(), ("--gradient_cache_chunk_size", "3")])]
+    a, b = (trainer_state(r) for r in runs)  # SGD: a float-noise gradient (the exactly-0 ones) stays noise-sized
+    start = SimCSEModel.from_pretrained(str(model_dir)).encoder.state_dict()
+    assert any(not torch.allclose(a[f"encoder.{k}"], v) for k, v in start.items())  # it trained
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k

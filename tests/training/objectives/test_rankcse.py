@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import SENTENCES, make_tiny_model
+from conftest import SENTENCES, make_tiny_model, write_corpus
 from simcse.models.modeling import SimCSEModel
 from simcse.training.objectives import build_objective
 from simcse.training.objectives.base import LossContext
@@ -206,3 +206,53 @@ def test_teachers_are_not_submodules_and_resume_checks_them(folders):
 def test_bad_loss_args_are_named(args, key):
     with pytest.raises(ValueError, match=key):
         build_objective("rankcse", args)
+
+
+@pytest.mark.parametrize("distillation", ["listnet", "listmle"])
+def test_gathered_lists_equal_one_big_batch(folders, distillation):
+    """Two simulated processes (keys and teacher keys gathered, local queries, averaged) give the one-process loss
+    and gradient: every list runs over all processes' sentences."""
+    from conftest import simulated_ranks
+
+    model, objective, batch, _ = _ours(folders, distillation=distillation)
+    e = torch.randn(12, 2, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64, requires_grad=True)
+    one = sum(objective.loss(e, batch, LossContext(model=model)).values())
+    (g_one,) = torch.autograd.grad(one, e)
+    two = simulated_ranks(objective, e, batch, teacher_views=lambda b: objective.teacher_embeddings(b, 1))
+    (g_two,) = torch.autograd.grad(two, e)
+    assert abs(one.item() - two.item()) < 1e-9 and torch.allclose(g_one, g_two, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_trains_resumes_exactly_and_saves_no_teacher(tmp_path):
+    from conftest import assert_resume_is_exact, objective_argv
+    from simcse import SimCSE
+
+    model_dir, corpus = make_tiny_model(tmp_path / "m", "bert"), write_corpus(tmp_path)
+    args = {"teachers": [str(model_dir)], "distillation": "listmle"}
+    full = assert_resume_is_exact(lambda out, *extra: objective_argv(
+        model_dir, corpus, out, "rankcse", args, "--pooler_type", "cls", "--mlp_only_train", "true", *extra), tmp_path)
+    assert all("loss_distillation" in h for h in full.state.log_history if "loss" in h)
+    saved = torch.load(tmp_path / "full" / "checkpoint-2" / "objective_state.pt", weights_only=True)
+    assert not any("teacher" in k and torch.is_tensor(v) for k, v in saved.items())  # fingerprints only
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "full" / "model.safetensors"), "pt") as f:
+        assert not any("teacher" in k or k.startswith("objective") for k in f.keys())
+    tool = SimCSE(str(tmp_path / "full"))
+    assert tool.encode(SENTENCES[:2]).shape == (2, 32)
+
+
+@pytest.mark.slow
+def test_gradient_caching_equals_the_whole_batch(tmp_path):
+    from conftest import objective_argv, run_training, trainer_state
+
+    model_dir, corpus = make_tiny_model(tmp_path / "m", "bert", dropout=0.0), write_corpus(tmp_path)
+    args = {"teachers": [str(model_dir)], "distillation": "listnet"}
+    runs = [run_training(objective_argv(model_dir, corpus, tmp_path / f"o{i}", "rankcse", args, "--pooler_type", "cls",
+                                        "--mlp_only_train", "true", "--max_steps", "2", "--save_strategy", "no",
+                                        "--optim", "sgd", *extra))
+            for i, extra in enumerate([(), ("--gradient_cache_chunk_size", "3")])]
+    a, b = (trainer_state(r) for r in runs)
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
