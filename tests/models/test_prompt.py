@@ -121,3 +121,13 @@ def test_errors(tiny):
         cls.set_prompt(PromptConfig((T1,)))
     with pytest.raises(ValueError, match="2 mask tokens"):
         BoundPrompt.bind("{sentence} [MASK] {mask}", no_template.tokenizer)
+
+
+def test_onnx_export_refuses_a_prompt_model(tiny, tmp_path):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from simcse.interop.onnx import export_onnx
+
+    with pytest.raises(ValueError, match="cannot be exported to ONNX"):
+        export_onnx(_model(tiny), tmp_path / "onnx")
+    assert not (tmp_path / "onnx").exists()

@@ -256,3 +256,10 @@ def test_gradient_caching_equals_the_whole_batch(tmp_path):
     a, b = (trainer_state(r) for r in runs)
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+def test_hard_negatives_are_refused_at_setup():
+    objective = build_objective("rankcse")
+    objective.check_columns(["sent0", "sent1"], "pairs.csv")
+    with pytest.raises(ValueError, match="hard_neg column"):
+        objective.check_columns(["sent0", "sent1", "hard_neg"], "nli.csv")
