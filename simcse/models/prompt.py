@@ -222,12 +222,6 @@ def _mask_states(model, ids, mask, mpos, position_ids=None):
     return last[torch.arange(len(ids), device=ids.device), mpos]
 
 
-def _template_positions(model, bound: BoundPrompt) -> torch.Tensor:
-    """(T,) position ids of the bare template: ``0..T-1`` (the official ``get_delta`` uses ``arange`` for every
-    architecture)."""
-    return torch.arange(len(bound.prefix) + len(bound.suffix))
-
-
 def prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The ``[MASK]`` embeddings of a :class:`simcse.SimCSEModel` with a prompt (before its MLP).
 
@@ -256,7 +250,8 @@ def prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor)
         for (_, _, t), w in zip(groups, wrapped):
             sent = w[3]
             uniq, inverse = torch.unique(sent, return_inverse=True)
-            d_ids, d_pos, d_mpos = bounds[t].template_only(uniq, _template_positions(model, bounds[t]))
+            # unshifted positions 0..T-1: the official get_delta uses arange for every architecture
+            d_ids, d_pos, d_mpos = bounds[t].template_only(uniq, torch.arange(len(bounds[t].prefix) + len(bounds[t].suffix)))
             delta = _mask_states(model, d_ids, torch.ones_like(d_ids), d_mpos, position_ids=d_pos)  # (R, H)
             parts.append(delta[inverse])
         pooled = pooled - torch.cat(parts)
