@@ -118,6 +118,25 @@ def test_every_module_sits_in_a_wing():
     assert stray == [], f"modules outside the wings {ORDER}: {stray}"
 
 
+def tooling_imports(root: Path) -> list[str]:
+    """``module -> name`` for every import of the checkout's tooling (``scripts``, the tests) inside the package."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            out += [f"{module_name(path, root)} -> {n}" for n in names if n.split(".")[0] in ("scripts", "tests", "conftest")]
+    return out
+
+
+def test_the_package_imports_none_of_the_tooling(tmp_path):
+    # the benchmarks and the GPU check live in scripts/, outside the wheel: the package must not need them
+    assert tooling_imports(PACKAGE) == []
+    bad = _write(tmp_path, {"__init__.py": "", "research/__init__.py": "",
+                            "research/x.py": "def f():\n    from scripts.benchmarks.common import REPO\n"})
+    assert tooling_imports(bad) == ["simcse.research.x -> scripts.benchmarks.common"]
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     pkg = root / "simcse"
     for name, text in files.items():

@@ -1,4 +1,4 @@
-"""scripts/benchmark_methods.py: its method table builds valid objectives, and a bad --methods is refused before
+"""scripts/benchmarks/methods.py: its method table builds valid objectives, and a bad --methods is refused before
 anything runs (the timed runs themselves are measurements: docs/methods.md)."""
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import json
 
 import pytest
 
-from conftest import load_script
+from scripts.benchmarks import methods as bench
 
 
 def test_every_method_row_builds_its_objective():
     from simcse.training.objectives import build_objective
 
-    bench = load_script("benchmark_methods")
     assert list(bench.METHODS)[0] == "simcse"
     for name, extra in bench.METHODS.items():
         if "--loss" in extra:
@@ -22,6 +21,5 @@ def test_every_method_row_builds_its_objective():
 
 
 def test_unknown_method_is_refused():
-    bench = load_script("benchmark_methods")
     with pytest.raises(SystemExit, match="unknown --methods \\['nosuch'\\]"):
         bench.main(["--methods", "nosuch"])

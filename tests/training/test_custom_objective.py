@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import random_sentences
 from simcse.training.objectives import Objective, register_objective
 
 
@@ -40,11 +39,9 @@ class ScaledInfoNCE(Objective):
 register_objective(ScaledInfoNCE)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    path.write_text("\n".join(random_sentences(48, seed=3)) + "\n")
-    return path
+@pytest.fixture
+def corpus(train_txt):
+    return train_txt
 
 
 def _argv(model_dir, train_file, out, *extra):
@@ -123,3 +120,14 @@ def test_bad_loss_args_are_refused_before_loading(tmp_path, corpus):
     assert "init_scale must be > 0" in training_error(argv)
     argv[argv.index('{"init_scale": -1}')] = '{"temperature": 1}'
     assert "unknown key(s) ['temperature']" in training_error(argv)
+
+
+def test_the_docs_show_this_objective():
+    """docs/training.md's "Write your own objective" example is this file's objective, verbatim."""
+    import inspect
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "#### Write your own objective" in docs
+    assert inspect.getsource(ScaledInfoNCE) in docs
+    assert "register_objective(ScaledInfoNCE)" in docs

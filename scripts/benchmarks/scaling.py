@@ -1,8 +1,8 @@
 """How our training step scales with batch size and sequence length, and what the B x B loss costs.
 
-    python scripts/benchmark_scaling.py              # batch 32/64/128/256 at length 32, length 32/64/128 at batch 64
+    python -m scripts.benchmarks.scaling              # batch 32/64/128/256 at length 32, length 32/64/128 at batch 64
 
-Each point is a fresh ``scripts/benchmark_train.py`` worker process (our trainer, default options, the
+Each point is a fresh ``scripts/benchmarks/train.py`` worker process (our trainer, default options, the
 benchmark's model and data, ``warmup`` untimed then ``steps`` timed steps). The loss row times
 :func:`simcse.training.losses.info_nce` alone (forward + backward) on random (B, H) float32 embeddings of the model's
 width, to show that the B x B similarity matrix stays a small part of a step even at batch 512: its cost is
@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
+from scripts.benchmarks.common import default_model, int_at_least, int_list_at_least, run_train_worker
 
-from bench_common import default_model, int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child  # noqa: E402
-
-from simcse.research.flops import encoder_shape  # noqa: E402
+from simcse.research.flops import encoder_shape
 
 
 def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:
@@ -61,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|")
     step_s = {}
     for batch, length in points:
-        d = _run_child(["--side", "ours", "--precision", args.precision, "--threads", str(threads),
+        d = run_train_worker(["--side", "ours", "--precision", args.precision, "--threads", str(threads),
                         "--batch-size", str(batch), "--max-seq-length", str(length),
                         "--warmup", str(args.warmup), "--steps", str(args.steps)])
         s = d["wall_s"] / d["steps"]

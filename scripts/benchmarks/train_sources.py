@@ -1,7 +1,7 @@
 """Training speed and numbers from a local dataset folder (``--dataset_name``) against the same file as ``--train_file``.
 
-    python scripts/benchmark_train_sources.py             # CPU default (configs/unsup_cpu_minilm.json), 2 rounds
-    python scripts/benchmark_train_sources.py --quick     # 1 round of 1 warm-up + 3 timed steps (a smoke run)
+    python -m scripts.benchmarks.train_sources             # CPU default (configs/unsup_cpu_minilm.json), 2 rounds
+    python -m scripts.benchmarks.train_sources --quick     # 1 round of 1 warm-up + 3 timed steps (a smoke run)
 
 Both sides run the packaged CPU default config (all-MiniLM-L6-v2, the first 9600 sentences of wiki1m, batch 64, 32
 tokens, fp32) with evaluation and checkpoints off. One side reads ``--train_file data/wiki1m_for_simcse.txt``; the
@@ -35,8 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_data, int_at_least
+from scripts.benchmarks.common import checkout_env, default_data, int_at_least, module_command
 
 WIKI = "wiki1m_for_simcse.txt"
 
@@ -76,9 +75,9 @@ def _worker(side: str, data: str, folder: str, out: str, warmup: int, steps: int
 
 def _measure(side: str, args, folder: str) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, __file__, "--worker", side, "--data", str(args.data), "--folder", folder, "--out", out,
-               "--warmup", str(args.warmup), "--steps", str(args.steps)]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        cmd = module_command("train_sources", "--worker", side, "--data", str(args.data), "--folder", folder, "--out", out,
+                             "--warmup", str(args.warmup), "--steps", str(args.steps))
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=checkout_env())
         if res.returncode != 0:
             sys.exit(f"error: the {side} run failed:\n{res.stderr[-3000:]}")
         return json.loads(res.stdout.strip().splitlines()[-1])

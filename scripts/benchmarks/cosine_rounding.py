@@ -1,6 +1,6 @@
 """How far float32 self-similarities of unit embeddings stray from 1, and what the tool reports.
 
-    python scripts/measure_cosine_rounding.py            # MiniLM (avg), the first 200 distinct STS-B dev sentences
+    python -m scripts.benchmarks.cosine_rounding            # MiniLM (avg), the first 200 distinct STS-B dev sentences
 
 Encodes the sentences, indexes them (numpy, faiss flat and faiss IVF when faiss is installed), and searches
 each sentence for itself: prints how many raw float32 inner products lie above / below 1 and their largest
@@ -10,15 +10,11 @@ it returns, and the same for ``SimCSE.similarity(list, list)``'s diagonal.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from bench_common import default_data, default_model  # noqa: E402
+from scripts.benchmarks.common import default_data, default_model
 
 
 def main(argv=None) -> None:

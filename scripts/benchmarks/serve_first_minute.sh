@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What `simcse serve` (no arguments) answers right after it starts: seconds until the page answers, then
 # /api/health and a search while the default corpus is still being indexed, and /api/health again 30 s later.
-# Usage: bash scripts/serve_first_minute.sh [PORT]   (needs curl; the default model package and wiki file)
+# Usage: bash scripts/benchmarks/serve_first_minute.sh [PORT]   (needs curl; the default model package and wiki file)
 set -euo pipefail
 port=${1:-8791}
 url="http://127.0.0.1:$port"

@@ -1,6 +1,6 @@
 """The GPU check's three parts: ``a`` correctness on the device, ``b`` speed against sentence-transformers,
 ``c`` the paper's central claim on an encoder MLM-pretrained on the spot. Each runs in a child process of
-:mod:`simcse.research.gpu_check` and writes its JSON after every step, so a part cut at its cap still reports.
+:mod:`scripts.gpu_check.check` and writes its JSON after every step, so a part cut at its cap still reports.
 """
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import torch
 
+from scripts.benchmarks.common import checkout_env
+from scripts.gpu_check.bundle import BUNDLE_NLI, BUNDLE_SENTEVAL, BUNDLE_WIKI, _read_json, _write_json, bundle_problems
 from simcse.models.modeling import SimCSEModel
 from simcse.models.pooling import POOLERS, PROMPT_POOLERS
-from simcse.research.gpu_bundle import REPO, _read_json, _write_json
+from simcse.models.testing import WORDS, tiny_encoder
 from simcse.research.pretrain import PretrainArguments, pretrain, time_budget_callback
 from simcse.research.reproduce import STS_TASKS, sts_scores
 from simcse.training.gradcache import grad_cache_step, split_chunks
@@ -31,9 +33,6 @@ PUBLISHED = {"unsup BERT-Tiny (2 layers, 128)": 64.47, "unsup BERT-Mini (4 layer
              "unsup BERT-Small (4 layers, 512)": 69.13, "sup BERT-Mini (4 layers, 256)": 76.52}
 
 RAW_POOLERS = ("avg", "avg_first_last", "cls_before_pooler")
-
-WORDS = ("the a man woman child dog cat plays runs sits on in with and of guitar music park street red blue "
-         "small big old young house tree water ball food table eats reads writes sings near under over").split()
 
 # part c settings: GPU (BERT-Mini shape, large MLM batch) and tiny (CPU smoke run)
 C_SETTINGS = {
@@ -51,21 +50,11 @@ C_SETTINGS = {
 
 # ------------------------------------------------------------------------------------------ shared model bits
 def _random_encoder(folder: Path, layers: int, hidden: int, heads: int, seed: int = 0) -> Path:
-    """Save a random ``BertModel`` (vocabulary :data:`WORDS`, 64 positions) and its WordPiece tokenizer.
-
-    Weights are drawn with std 0.2 (BERT: 0.02) so that sentences get clearly different embeddings and the
-    contrastive loss and its gradients are far from the degenerate all-equal case."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "."]) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True).save_pretrained(folder)
-    torch.manual_seed(seed)
-    BertModel(BertConfig(vocab_size=len(WORDS) + 6, hidden_size=hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, intermediate_size=4 * hidden,
-                         max_position_embeddings=64, initializer_range=0.2)).save_pretrained(folder)
-    return folder
+    """A random BERT (:func:`simcse.models.testing.tiny_encoder`: vocabulary :data:`WORDS`, 64 positions, FFN
+    ``4 * hidden``) with weights drawn with std 0.2 (BERT: 0.02), so that sentences get clearly different
+    embeddings and the contrastive loss and its gradients are far from the degenerate all-equal case."""
+    return tiny_encoder(folder, layers=layers, hidden=hidden, heads=heads, intermediate=4 * hidden, init_std=0.2,
+                        seed=seed)
 
 def _sentences(n: int, seed: int = 0) -> list[str]:
     """``n`` sentences of 3 to 28 words from :data:`WORDS` (lengths vary, so a padded batch has padding)."""
@@ -180,20 +169,18 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
 
 # ------------------------------------------------------------------------------------------ part b
 def part_b(out: Path, device: str, tiny: bool, deadline: float) -> dict:
-    """Run scripts/benchmark_gpu.py; its rows land in ``<out>/part_b_bench.json`` as they finish."""
-    script = REPO / "scripts" / "benchmark_gpu.py"
-    if not script.is_file():
-        raise FileNotFoundError(f"{script} not found: part b runs from a checkout of the project")
+    """Run ``python -m scripts.benchmarks.gpu`` (this checkout's, :func:`scripts.benchmarks.common.checkout_env`); its
+    rows land in ``<out>/part_b_bench.json`` as they finish."""
     bench = out / "part_b_bench.json"
     if tiny:
         argv = ["--device", device, "--shape", "tiny", "--batch-sizes", "4", "--warmup", "1", "--steps", "1", "--threads", "1"]
     else:
         argv = ["--device", device, "--shape", "base", "--batch-sizes", "64,512", "--warmup", "3", "--steps", "10",
                 "--threads", "4"]
-    cmd = [sys.executable, str(script), *argv, "--json", str(bench)]
-    result = {"status": "running", "command": " ".join(["python", "scripts/benchmark_gpu.py", *argv]), "bench_json": str(bench)}
+    cmd = [sys.executable, "-m", "scripts.benchmarks.gpu", *argv, "--json", str(bench)]
+    result = {"status": "running", "command": " ".join(["python -m scripts.benchmarks.gpu", *argv]), "bench_json": str(bench)}
     _write_json(out / "part_b.json", result)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, deadline - time.time()))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, deadline - time.time()), env=checkout_env())
     lines = proc.stdout.strip().splitlines()
     result.update(status="ok" if proc.returncode == 0 else f"error (exit {proc.returncode})",
                   stdout_tail=lines[-12:], stderr_tail=proc.stderr.strip().splitlines()[-8:] if proc.returncode else [],
@@ -247,9 +234,9 @@ def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) ->
     written to ``<out>/part_c.json`` as they finish."""
     cfg = C_SETTINGS["tiny" if tiny else "gpu"]
     data = bundle / "data"
-    for need in ("wiki.txt.gz", "nli_for_simcse.csv", "senteval/STS", "senteval/SICK"):
-        if not (data / need).exists():
-            raise FileNotFoundError(f"data bundle {str(data)!r} has no {need}: run scripts/gpu_check.sh --prepare first")
+    problems = bundle_problems(data)
+    if problems:
+        raise FileNotFoundError(f"data bundle {str(data)!r} lacks {'; '.join(problems)}: run scripts/gpu_check.sh --prepare first")
     work = out / "c"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -260,20 +247,20 @@ def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) ->
     t0 = time.time()
     wiki = work / "wiki.txt"
     n_lines = 0
-    with gzip.open(data / "wiki.txt.gz", "rt", encoding="utf-8") as src, open(wiki, "w", encoding="utf-8") as dst:
+    with gzip.open(data / BUNDLE_WIKI, "rt", encoding="utf-8") as src, open(wiki, "w", encoding="utf-8") as dst:
         for line in src:
             dst.write(line)
             n_lines += 1
             if cfg["wiki_lines"] and n_lines >= cfg["wiki_lines"]:
                 break
-    nli = data / "nli_for_simcse.csv"
+    nli = data / BUNDLE_NLI
     if cfg["sup_rows"]:
         nli = work / "nli.csv"
-        with open(data / "nli_for_simcse.csv", encoding="utf-8", newline="") as f:
+        with open(data / BUNDLE_NLI, encoding="utf-8", newline="") as f:
             rows = list(csv.reader(f))[: cfg["sup_rows"] + 1]
         with open(nli, "w", encoding="utf-8", newline="") as f:
             csv.writer(f).writerows(rows)
-    senteval = data / "senteval"
+    senteval = data / BUNDLE_SENTEVAL
     if cfg["sts_lines"]:
         senteval = _cut_senteval(senteval, work / "senteval", cfg["sts_lines"])
     result["stages"]["data"] = {"wiki_lines": n_lines, "s": round(time.time() - t0, 1)}

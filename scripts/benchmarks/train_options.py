@@ -1,9 +1,9 @@
 """What each training-speed option buys: our trainer with one option changed at a time, interleaved.
 
-    python scripts/benchmark_train_options.py                      # the default table (docs/performance.md)
-    python scripts/benchmark_train_options.py --precisions bf16 --variants '{"compile": ["--torch_compile", "true"]}'
+    python -m scripts.benchmarks.train_options                      # the default table (docs/performance.md)
+    python -m scripts.benchmarks.train_options --precisions bf16 --variants '{"compile": ["--torch_compile", "true"]}'
 
-Every measurement is a fresh ``scripts/benchmark_train.py`` worker process (same model, data, batch size,
+Every measurement is a fresh ``scripts/benchmarks/train.py`` worker process (same model, data, batch size,
 sequence length, seed and timing rules as that benchmark: ``warmup`` untimed steps, then ``steps`` timed
 steps). Variants are given as extra ``simcse.training.train`` options; ``"default"`` is ours as shipped and ``"st"``
 is sentence-transformers. Rounds alternate the order of the variants so a drift in machine load falls on
@@ -15,13 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: import the sibling benchmark module
-
-from bench_common import int_at_least  # noqa: E402
-from benchmark_train import _run_child  # noqa: E402
+from scripts.benchmarks.common import int_at_least, run_train_worker
 
 DEFAULT_VARIANTS = {
     # every speed option off: padded batch, transformers' SDPA attention, torch's dropout
@@ -71,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
                               "--threads", str(threads), "--warmup", str(args.warmup), "--steps", str(args.steps)]
                 if extra:
                     argv_child += ["--ours-args", *extra]
-                d = _run_child(argv_child)
+                d = run_train_worker(argv_child)
                 runs.setdefault((name, prec), []).append(d)
                 print(f"round {r + 1} {prec} {name:14s} {d['wall_s'] / d['steps']:.3f} s/step "
                       f"(CPU {d['cpu_s'] / d['steps']:.3f}), peak RSS {d['peak_rss_mib']:.0f} MiB, "

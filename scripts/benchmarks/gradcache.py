@@ -1,8 +1,8 @@
 """Peak memory of one SimCSE training step with and without gradient caching (``--gradient_cache_chunk_size``).
 
-    python scripts/benchmark_gradcache.py                          # MiniLM, batch 512, 2 views, seq 32, chunk 32
-    python scripts/benchmark_gradcache.py --batch 256 --views 3 --chunk 16
-    python scripts/benchmark_gradcache.py --model_name_or_path bert-base-uncased --device cuda
+    python -m scripts.benchmarks.gradcache                          # MiniLM, batch 512, 2 views, seq 32, chunk 32
+    python -m scripts.benchmarks.gradcache --batch 256 --views 3 --chunk 16
+    python -m scripts.benchmarks.gradcache --model_name_or_path bert-base-uncased --device cuda
 
 Each configuration runs in a fresh Python process (so one run's allocations cannot hide the other's) that loads
 the model, builds one batch of ``--batch`` examples x ``--views`` views padded to ``--max_seq_length`` tokens
@@ -32,11 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_model  # noqa: E402
+from scripts.benchmarks.common import REPO, checkout_env, default_model, module_command
 
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _status_kb(field: str) -> int | None:
@@ -137,10 +135,10 @@ def main(argv=None) -> dict:
 
     results = {}
     for chunk in (0, args.chunk):
-        cmd = [sys.executable, __file__, "--_child", "--model_name_or_path", args.model_name_or_path, "--batch", str(args.batch),
-               "--views", str(args.views), "--max_seq_length", str(args.max_seq_length), "--chunk", str(chunk),
-               "--device", args.device] + (["--bf16"] if args.bf16 else [])
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        cmd = module_command("gradcache", "--_child", "--model_name_or_path", args.model_name_or_path, "--batch", str(args.batch),
+                             "--views", str(args.views), "--max_seq_length", str(args.max_seq_length), "--chunk", str(chunk),
+                             "--device", args.device, *(["--bf16"] if args.bf16 else []))
+        env = checkout_env()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:

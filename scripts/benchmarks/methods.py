@@ -1,7 +1,7 @@
 """The cost of each training objective against plain unsupervised SimCSE, in one run.
 
-    python scripts/benchmark_methods.py                          # every method, 2 warm-up + 5 timed steps each
-    python scripts/benchmark_methods.py --methods promptbert rankcse --steps 3
+    python -m scripts.benchmarks.methods                          # every method, 2 warm-up + 5 timed steps each
+    python -m scripts.benchmarks.methods --methods promptbert rankcse --steps 3
 
 Every method trains on the same model (default: the embedded all-MiniLM-L6-v2), the same data (the first
 sentences of wiki1m_for_simcse.txt), batch (64), truncation (32 tokens), seed and precision, through
@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
+from scripts.benchmarks.common import checkout_env, default_data, default_model, int_at_least, module_command, read_sentences
 
 _PROMPT = {"template": '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*',
            "template2": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'}
@@ -84,11 +83,11 @@ def worker(args) -> dict:
 
 
 def _run_child(method: str, args) -> dict:
-    argv = [sys.executable, __file__, "--worker", method, "--model", args.model, "--data", str(args.data),
+    argv = module_command("methods", "--worker", method, "--model", args.model, "--data", str(args.data),
             "--batch_size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--max_seq_length", str(args.max_seq_length), "--threads", str(args.threads), "--device", args.device,
-            "--precision", args.precision]
-    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+            "--precision", args.precision)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=checkout_env(TOKENIZERS_PARALLELISM="false"))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stderr[-4000:])

@@ -1,7 +1,7 @@
 """One prepared GPU check: correctness on CUDA, training speed against sentence-transformers, and the paper's
 central claim (unsupervised SimCSE improves a raw pretrained encoder) on an encoder pretrained on the spot.
 
-    bash scripts/gpu_check.sh --prepare    # here, with the data: wiki subset + STS/NLI files -> gpu_bundle/data
+    bash scripts/gpu_check.sh --prepare    # here, with the data: STS/SICK + NLI + wiki, cut to 40 MiB -> gpu_bundle/data
     bash scripts/gpu_check.sh --bundle     # here, with PyPI: the pure-Python wheels the target lacks -> gpu_bundle/wheels
     bash scripts/gpu_check.sh              # on the GPU machine: install (--no-deps), then parts a, b, c
     TINY=1 bash scripts/gpu_check.sh       # CPU smoke run of every part on a tiny model (= --device cpu --tiny)
@@ -12,7 +12,7 @@ The run needs no network: everything it reads is in the checkout and ``gpu_bundl
   bf16 autocast, relative-norm tolerances), the GradCache step's gradients equal the plain step's, one bf16
   step and one fp16 step with ``torch.amp.GradScaler`` stay finite, and InfoNCE (loss and gradients) on the
   device equals CPU.
-* ``b`` speed: ``scripts/benchmark_gpu.py`` (random BERT-base shape, unsupervised SimCSE, bf16, batch 64 and
+* ``b`` speed: ``python -m scripts.benchmarks.gpu`` (random BERT-base shape, unsupervised SimCSE, bf16, batch 64 and
   512): our trainer padding-free and padded, and sentence-transformers' trainer, each in its own process on
   the same device; sentences/s, peak memory and MFU against the bf16 GEMM rate measured in the same run.
 * ``c`` central claim: MLM-pretrain a BERT-Mini-shaped encoder (4 layers, hidden 256) from scratch on the
@@ -24,11 +24,15 @@ The run needs no network: everything it reads is in the checkout and ``gpu_bundl
 A hard budget (``--budget-s``, default 540 s = 9 min) bounds the parts together; each part also has its own
 cap (``--caps``) and runs in its own process group, killed at its cap, so a part cut short still reports what
 it finished (every part rewrites its JSON after each step). ``<out>/gpu_check.json`` and ``<out>/gpu_check.md``
-are rewritten after every part; the last printed line is machine-readable and starts with ``gpu_check``.
+are rewritten after every part; the last printed line is machine-readable and starts with ``gpu_check``. The exit
+status is 0 when every part asked for reports ``ok``, 1 when any failed, was cut at its cap or skipped for the
+budget (the report and the last line say which), 2 for a bad argument, no device, or a data bundle that part c
+cannot run from (said before part a starts).
 
-The packing (``--prepare``, ``--bundle``, ``--install``) is :mod:`simcse.research.gpu_bundle`; the parts run in
-child processes (``--worker a|b|c``) from :mod:`simcse.research.gpu_parts`; this module holds the budget, the
-caps, the report and the entry point.
+The packing (``--prepare``, ``--bundle``, ``--install``) is :mod:`scripts.gpu_check.bundle`; the parts run in
+child processes (``--worker a|b|c``) from :mod:`scripts.gpu_check.parts`; this module holds the budget, the
+caps, the report and the entry point (``python -m scripts.gpu_check`` from the checkout's root, or
+``bash scripts/gpu_check.sh``). Default paths are under the checkout this file is in.
 """
 from __future__ import annotations
 
@@ -43,10 +47,11 @@ from pathlib import Path
 
 import torch
 
+from scripts.benchmarks.common import checkout_env
+from scripts.gpu_check.bundle import (DATA_BUDGET_BYTES, REPO, WIKI_LINES, _read_json, _write_json, bundle_problems,
+                                      download_wheels, install, installed_versions, prepare_data)
+from scripts.gpu_check.parts import PUBLISHED, STS_TASKS, part_a, part_b, part_c
 from simcse.files.storage import write_text_atomic
-from simcse.research.gpu_bundle import (REPO, WIKI_LINES, _read_json, _write_json, download_wheels, install,
-                                        installed_versions, prepare_data)
-from simcse.research.gpu_parts import PUBLISHED, STS_TASKS, part_a, part_b, part_c
 
 PARTS = ("a", "b", "c")
 BUDGET_S = 540.0
@@ -92,7 +97,7 @@ def summary_markdown(report: dict) -> str:
         lines += [f"`datasets` is not importable ({pre['datasets_importable']}): parts b and c cannot train.", ""]
     inst = report.get("install") or {}
     if inst.get("below_floors"):
-        lines += ["Installed with `pip install --no-deps` over setup.py's version floors: "
+        lines += [f"Installed with `pip install --no-deps` over the version floors ({inst.get('floors_from', '?')}): "
                   + "; ".join(inst["below_floors"]) + ".", ""]
     parts = report.get("parts", {})
     a = parts.get("a", {})
@@ -199,13 +204,13 @@ def _preflight(device: str) -> dict:
 
 def _run_part(part: str, args, out: Path, seconds: float) -> tuple[str, float]:
     """Run one part in its own process group for at most ``seconds``; returns (status, wall seconds)."""
-    cmd = [sys.executable, "-m", "simcse.research.gpu_check", "--worker", part, "--device", args.device,
+    cmd = [sys.executable, "-m", "scripts.gpu_check", "--worker", part, "--device", args.device,
            "--out", str(out), "--bundle-dir", str(args.bundle_dir), "--deadline", str(time.time() + seconds)]
     if args.tiny:
         cmd.append("--tiny")
     t0 = time.time()
     with open(out / f"part_{part}.log", "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=checkout_env())
         try:
             rc = proc.wait(timeout=seconds)
             status = "finished" if rc == 0 else f"error (exit {rc})"
@@ -269,12 +274,16 @@ def run_check(args) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m simcse.research.gpu_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m scripts.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--prepare", action="store_true", help="build the data bundle from $SIMCSE_DATA_MIRROR and exit")
     p.add_argument("--bundle", action="store_true", help="download the bundled wheels (pip) and exit")
     p.add_argument("--install", action="store_true", help="pip install --no-deps the bundled wheels and this checkout, and exit")
     p.add_argument("--bundle-dir", type=Path, default=REPO / "gpu_bundle")
-    p.add_argument("--wiki-lines", type=int, default=WIKI_LINES, help="--prepare: wiki sentences in the bundle")
+    p.add_argument("--wiki-lines", type=int, default=None,
+                   help=f"--prepare: wiki sentences in the bundle (default {WIKI_LINES}, fewer when the budget has less room)")
+    p.add_argument("--nli-rows", type=int, default=None,
+                   help="--prepare: NLI triplets in the bundle (default: all, cut to half the room the SentEval files leave)")
+    p.add_argument("--data-mib", type=float, default=DATA_BUDGET_BYTES / 2**20, help="--prepare: the bundle's size budget")
     p.add_argument("--python-version", default="3.12", help="--bundle: the target's Python (wheel tags)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true", help="tiny models and data: a CPU smoke run of every part")
@@ -288,11 +297,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line (see the module docstring); returns the exit status: 0, or 2 for a bad argument or a
-    device that is not there (argparse's usage errors exit with 2 too)."""
+    """Command line (see the module docstring); returns the exit status: 0 when every part asked for is ``ok``, 1
+    when any is not (failed, cut at its cap, skipped for the budget), 2 for a bad argument, a device that is not
+    there, or a data bundle part c cannot run from (argparse's usage errors exit with 2 too)."""
     p = _parser()
     args = p.parse_args(argv)
-    args.bundle_dir = args.bundle_dir.resolve()
+    args.bundle_dir, args.out = args.bundle_dir.resolve(), args.out.resolve()
     if args.worker:
         if args.tiny:
             torch.set_num_threads(1)  # tiny models gain nothing from more threads; other jobs keep theirs
@@ -308,12 +318,18 @@ def main(argv: list[str] | None = None) -> int:
         mirror = os.environ.get("SIMCSE_DATA_MIRROR")
         if not mirror:
             p.error("--prepare reads the data mirror: set SIMCSE_DATA_MIRROR to its folder")
+        if not args.data_mib > 0:
+            p.error(f"--data-mib must be > 0, got {args.data_mib}")
         try:
-            m = prepare_data(args.bundle_dir, Path(mirror), args.wiki_lines)
+            m = prepare_data(args.bundle_dir, Path(mirror), args.wiki_lines, args.nli_rows, int(args.data_mib * 2**20))
         except (FileNotFoundError, ValueError) as e:
             p.error(str(e))
-        print(f"prepared {args.bundle_dir / 'data'}: {len(m['files'])} files, {m['bytes'] / 2**20:.1f} MiB, "
-              f"{m['wiki_lines']} wiki lines")
+        for cut in m["cuts"]:
+            print(f"note: {cut}")
+        print(f"prepared {args.bundle_dir / 'data'}: {len(m['files'])} files, {m['bytes'] / 2**20:.1f} of "
+              f"{m['budget_bytes'] / 2**20:.0f} MiB: SentEval {m['parts_bytes']['senteval'] / 2**20:.1f} MiB, "
+              f"{m['nli_rows']} NLI rows {m['parts_bytes']['nli'] / 2**20:.1f} MiB, {m['wiki_lines']} wiki lines "
+              f"{m['parts_bytes']['wiki'] / 2**20:.1f} MiB")
         return 0
     if args.bundle:
         try:
@@ -330,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"installed with pip --no-deps{where}: {', '.join(rep['wheels']) or 'no bundled wheels'}; this checkout "
               f"{'editable' if rep['editable'] else 'NOT installed (used from PYTHONPATH): ' + rep.get('editable_error', '')[-200:]}")
         for line in rep["below_floors"]:
-            print(f"below setup.py's floor, installed over it knowingly: {line}")
+            print(f"below the floor in {rep['floors_from']}, installed over it knowingly: {line}")
         if rep.get("wheels_error"):  # part a needs none of them: go on, the report says what is missing
             print(f"error installing the bundled wheels (parts b and c train through datasets): {rep['wheels_error']}",
                   file=sys.stderr)
@@ -347,15 +363,23 @@ def main(argv: list[str] | None = None) -> int:
         args.caps = parse_caps(args.caps, TINY_CAPS if args.tiny else CAPS)
     except ValueError as e:
         p.error(str(e))
-    args.command_line = " ".join(["python -m simcse.research.gpu_check", *(argv if argv is not None else sys.argv[1:])])
+    args.command_line = " ".join(["python -m scripts.gpu_check", *(argv if argv is not None else sys.argv[1:])])
+    if "c" in args.parts:  # said now, not after parts a and b ran
+        problems = bundle_problems(args.bundle_dir / "data")
+        if problems:
+            print(f"error: part c: the data bundle {str(args.bundle_dir / 'data')!r} lacks {'; '.join(problems)}: run "
+                  "`bash scripts/gpu_check.sh --prepare` with the data mirror first, or leave part c out (--parts a,b)",
+                  file=sys.stderr)
+            print("gpu_check device=none status=error reason=no_data_bundle")
+            return 2
     try:
-        run_check(args)
+        report = run_check(args)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         reason = "no_cuda_device" if "no CUDA device" in str(e) else "setup"
         print(f"gpu_check device=none status=error reason={reason}")
         return 2
-    return 0
+    return 0 if all(report["parts"][x].get("status") == "ok" for x in args.parts) else 1
 
 
 if __name__ == "__main__":

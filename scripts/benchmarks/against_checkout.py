@@ -1,16 +1,16 @@
 """Training speed of this checkout's trainer against another checkout's (an earlier commit), side by side.
 
     git worktree add /tmp/simcse-before <commit>        # or: git archive <commit> | tar -x -C /tmp/simcse-before
-    python scripts/benchmark_against_checkout.py --checkout /tmp/simcse-before              # bf16, 2 rounds
-    python scripts/benchmark_against_checkout.py --checkout . --new-args='--torch_compile true'  # one option, same code
+    python -m scripts.benchmarks.against_checkout --checkout /tmp/simcse-before              # bf16, 2 rounds
+    python -m scripts.benchmarks.against_checkout --checkout . --new-args='--torch_compile true'  # one option, same code
 
-Each measurement is a fresh ``scripts/benchmark_train.py`` worker process (our trainer, unsupervised SimCSE on
+Each measurement is a fresh ``scripts/benchmarks/train.py`` worker process (our trainer, unsupervised SimCSE on
 the first wiki1m sentences; same model, batch, ``max_seq_length``, seed and timing rules: ``warmup`` untimed
 steps, then ``steps`` timed), the "old" one being the other checkout's own copy of that script importing the
 other checkout's ``simcse``. Rounds alternate the order (old, new / new, old) so a drift in machine load falls on
 both; a round whose speed-up (old s/step over new) disagrees with its neighbours by more than 10% is repeated
 (``--max-extra`` at most). The bf16 (or fp32) shape-matched GEMM ceiling is measured before and after
-(``simcse.research.flops``) and MFU is reported against it. Every line carries the 1-minute load average. The
+(``scripts.benchmarks.common``) and MFU is reported against it. Every line carries the 1-minute load average. The
 last line is machine-readable::
 
     train_speedup_vs_checkout precision=bf16 old_sent_s=... new_sent_s=... speedup=X.XX cpu_time_ratio=... mfu_old=... mfu_new=...
@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling benchmark modules
+from scripts.benchmarks.common import (TOLERANCE, default_data, default_model, format_ceiling, int_at_least, load_avg,
+                                       read_sentences, real_tokens_per_step, repeat_until_stable, run_train_worker,
+                                       settle_ceilings)
 
-from bench_common import default_data, default_model, int_at_least, read_sentences  # noqa: E402
-from benchmark_train import _run_child, format_ceiling, load_avg, real_tokens_per_step  # noqa: E402
-
-from simcse.research.flops import TOLERANCE, encoder_shape, model_flops, repeat_until_stable, settle_ceilings  # noqa: E402
+from simcse.research.flops import encoder_shape, model_flops
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -55,10 +53,14 @@ def main(argv: list[str] | None = None) -> dict:
                    help="extra simcse.training.train options of the old side, one string: --old-args='--optim adamw_torch'")
     p.add_argument("--new-args", type=shlex.split, default=[], help="the same for the new side")
     args = p.parse_args(argv)
-    if not (args.checkout / "scripts" / "benchmark_train.py").is_file():
-        p.error(f"--checkout {args.checkout}: no scripts/benchmark_train.py there (expected a simcse checkout)")
-    args.data = args.data or default_data()
+    if not any((args.checkout / "scripts" / x).is_file() for x in ("benchmarks/train.py", "benchmark_train.py")):
+        p.error(f"--checkout {args.checkout}: no scripts/benchmarks/train.py (or the older scripts/benchmark_train.py) "
+                "there (expected a simcse checkout)")
+    # the other checkout's worker runs in its own folder: every path it is given is absolute
+    args.data = (args.data or default_data()).resolve()
     args.model = args.model or default_model()
+    if Path(args.model).exists():
+        args.model = str(Path(args.model).resolve())
     shape = encoder_shape(args.model)
     common = ["--data", str(args.data), "--model", args.model, "--batch-size", str(args.batch_size),
               "--max-seq-length", str(args.max_seq_length), "--warmup", str(args.warmup), "--steps", str(args.steps),
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     gemm = common[:-4] + ["--gemm", "--gemm-tokens", str(tokens)]
 
     def ceiling(when: str) -> dict:
-        c = _run_child(gemm)
+        c = run_train_worker(gemm)
         print(f"GEMM ceiling ({when}): {format_ceiling(c)}, {load_avg()}", flush=True)
         return c
 
@@ -81,8 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
     def one_round(r: int) -> float:
         for side in (("old", "new") if r % 2 == 0 else ("new", "old")):
             extra = args.old_args if side == "old" else args.new_args
-            res = _run_child(common + (["--ours-args", *extra] if extra else []),
-                             checkout=str(args.checkout) if side == "old" else None)
+            res = run_train_worker(common + (["--ours-args", *extra] if extra else []),
+                                   checkout=str(args.checkout) if side == "old" else None)
             runs[side].append(res)
             print(f"round {r + 1} {side}: {res['wall_s'] / res['steps']:.3f} s/step (CPU {res['cpu_s'] / res['steps']:.3f}"
                   f" s/step), {args.batch_size * res['steps'] / res['wall_s']:.1f} sentences/s, peak RSS "

@@ -1,8 +1,8 @@
 """Bounded load test of ``simcse serve`` on loopback: throughput, latency percentiles, errors, consistency.
 
-    python scripts/benchmark_serve.py                          # starts `simcse serve` (the default) itself
-    python scripts/benchmark_serve.py --url http://127.0.0.1:8000   # a server already running here
-    python scripts/benchmark_serve.py --serve-args "--index idx"    # start it with these arguments
+    python -m scripts.benchmarks.serve                          # starts `simcse serve` (the default) itself
+    python -m scripts.benchmarks.serve --url http://127.0.0.1:8000   # a server already running here
+    python -m scripts.benchmarks.serve --serve-args "--index idx"    # start it with these arguments
 
 1. Sequential pass: each of ``--queries`` distinct queries (lines of the wiki file after the first 10,000,
    i.e. sentences that are not in the default index) is sent once, one at a time; its results are kept.
@@ -29,9 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import default_data, int_at_least  # noqa: E402
-from serve_common import api_get, check_loopback, start_server  # noqa: E402
+from scripts.benchmarks.common import api_get, check_loopback, default_data, int_at_least, start_server
 
 
 def load_queries(path: Path, n: int, skip: int) -> list[str]:

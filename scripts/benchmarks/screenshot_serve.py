@@ -1,7 +1,7 @@
 """Drive the ``simcse serve`` page in headless Chromium and save a screenshot (docs/figures/serve_demo.png).
 
-    python scripts/screenshot_serve.py                       # starts `simcse serve` (the default) itself
-    python scripts/screenshot_serve.py --url http://127.0.0.1:8000   # a server that is already running
+    python -m scripts.benchmarks.screenshot_serve                       # starts `simcse serve` (the default) itself
+    python -m scripts.benchmarks.screenshot_serve --url http://127.0.0.1:8000   # a server that is already running
 
 It types a query with the keyboard, waits for the results, checks them against the JSON API, runs the
 similarity box and saves a full-page screenshot. The browser is Debian's ``chromium`` (or
@@ -16,8 +16,8 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_common import REPO, api_get, check_loopback, start_server  # noqa: E402
+from scripts.benchmarks.common import REPO, api_get, check_loopback, start_server
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 DEFAULT_QUERY = "A man is playing a guitar."
