@@ -460,3 +460,72 @@ def make_mlm_model(folder, dropout: float = 0.1):
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig.from_pretrained(model)).save_pretrained(model)
     return model
+
+
+def write_corpus(folder, n: int = 48, seed: int = 3):
+    """A one-sentence-per-line training file of ``n`` distinct random sentences in ``folder``; returns its path."""
+    path = Path(folder) / "train.txt"
+    path.write_text("\n".join(random_sentences(n, seed=seed)) + "\n")
+    return path
+
+
+def objective_argv(model_dir, train_file, out, loss: str, loss_args: dict, *extra) -> list[str]:
+    """``simcse train`` options of a short CPU run of ``--loss loss`` on a tiny model: batch 8, no evaluation,
+    logging every step (append ``--max_steps`` / saving options / overrides in ``extra``)."""
+    return ["--model_name_or_path", str(model_dir), "--train_file", str(train_file), "--output_dir", str(out),
+            "--loss", loss, "--loss_args", json.dumps(loss_args), "--per_device_train_batch_size", "8",
+            "--learning_rate", "1e-3", "--seed", "0", "--use_cpu", "true", "--eval_strategy", "no",
+            "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
+            "--logging_steps", "1", "--dataloader_pin_memory", "false", "--save_on_signal", "none", *extra]
+
+
+def trainer_state(trainer) -> dict[str, torch.Tensor]:
+    """Every tensor of the trained model (its objective's state included), copied (an objective's non-tensor
+    extra state is left out)."""
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items() if torch.is_tensor(v)}
+
+
+def assert_resume_is_exact(argv, root):
+    """Train ``argv(output_dir, *extra)`` for 4 steps (checkpoints every 2) and again resumed from its
+    ``checkpoint-2``; assert both end with the same tensors (objective state included) and logged losses.
+    Returns the uninterrupted run's trainer."""
+    def run(name, *extra):
+        return run_training(argv(Path(root) / name, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2",
+                                 *extra))
+
+    full = run("full")
+    resumed = run("resumed", "--resume_from_checkpoint", str(Path(root) / "full" / "checkpoint-2"))
+    a, b = trainer_state(full), trainer_state(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert len(logged_losses(full)) == 4 and logged_losses(full) == logged_losses(resumed)
+    return full
+
+
+def simulated_ranks(objective, embeddings, batch, world: int = 2, teacher_views=None):
+    """The objective's loss as ``world`` processes would compute it, in one process: rank r gets rows
+    ``r*b:(r+1)*b`` of (B, V, H) ``embeddings`` / ``batch``, and ``context.gather`` returns every rank's rows of the
+    same view, their gradients flowing back to the rows' owner (as :func:`simcse.training.distributed.all_gather_with_grad`
+    all-reduces them); ``gather_nograd`` the same, detached. ``teacher_views(batch_r) -> list of (b, ...) tensors`` lists what ``gather_nograd`` may be
+    asked for (e.g. teacher embeddings). Returns the mean of the ranks' summed losses (DDP averages gradients)."""
+    from simcse.training.objectives.base import LossContext, total_loss
+
+    b = embeddings.shape[0] // world
+    parts = [{k: v[r * b:(r + 1) * b] for k, v in batch.items()} for r in range(world)]
+    extra = [teacher_views(p) if teacher_views is not None else [] for p in parts]
+
+    def gather_for(r, candidates):
+        def gather(t):
+            for i, c in enumerate(candidates(r)):
+                if c.shape == t.shape and torch.equal(c.detach(), t.detach()):
+                    rows = [t if q == r else candidates(q)[i] for q in range(world)]
+                    return torch.cat(rows)
+            raise AssertionError("gather got a tensor that is no view of the batch")
+        return gather
+
+    views = lambda q: [embeddings[q * b:(q + 1) * b, v] for v in range(embeddings.shape[1])]
+    total = 0.0
+    for r in range(world):
+        ctx = LossContext(model=None, rank=r, world=world, gather=gather_for(r, views),
+                          gather_nograd=gather_for(r, lambda q: extra[q]), batch_size=b, full_batch=parts[r])
+        total = total + total_loss(objective.loss(embeddings[r * b:(r + 1) * b], parts[r], ctx))[0]
+    return total / world

@@ -19,7 +19,7 @@ import torch
 from scripts.benchmarks.common import checkout_env
 from scripts.gpu_check.bundle import BUNDLE_NLI, BUNDLE_SENTEVAL, BUNDLE_WIKI, _read_json, _write_json, bundle_problems
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import POOLERS
+from simcse.models.pooling import POOLERS, PROMPT_POOLERS
 from simcse.models.testing import WORDS, tiny_encoder
 from simcse.research.pretrain import PretrainArguments, pretrain, time_budget_callback
 from simcse.research.reproduce import STS_TASKS, sts_scores
@@ -101,7 +101,7 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
         _write_json(path, result)
 
     texts = _sentences(n)
-    for pooler in POOLERS:
+    for pooler in [p for p in POOLERS if p not in PROMPT_POOLERS]:  # a prompt pooler needs a template
         padded = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler).to(dev).eval()
         free = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler).to(dev).eval()
         free.load_state_dict(padded.state_dict())

@@ -75,8 +75,9 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
         raise ValueError(
-            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module only reads "
-            f"the last layer); exportable poolers: {sorted(ST_POOLING_MODES)}"
+            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module reads the last "
+            f"layer's [CLS] or mean, and cannot insert a prompt template's tokens); exportable poolers: "
+            f"{sorted(ST_POOLING_MODES)}"
         )
     check_int(max_seq_length, "max_seq_length")
     out = Path(output_dir)

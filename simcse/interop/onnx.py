@@ -127,7 +127,9 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         opset: ONNX opset.
 
     Raises:
-        ValueError: an unknown ``quantize``; a model without tokenizer; ``output_dir`` holds another model.
+        ValueError: an unknown ``quantize``; a model without tokenizer; a prompt-template model (``prompt_mask``:
+            the template is inserted into the ids by Python code the graph would not hold); ``output_dir`` holds
+            another model.
         ImportError: onnx/onnxruntime are missing.
     """
     from simcse.interop.export import _as_model, source_folder
@@ -139,6 +141,9 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
     model = _as_model(model)
     if model.tokenizer is None:
         raise ValueError("the model has no tokenizer; ONNX export needs one to name and trace its inputs")
+    if getattr(model, "prompt", None) is not None:
+        raise ValueError(f"pooler {model.pooler_type!r} (a prompt template) cannot be exported to ONNX: the template is "
+                         "inserted into the token ids by Python code the graph would not hold; encode with simcse.SimCSE")
     input_names = [k for k in model.tokenizer.model_input_names if k in ("input_ids", "attention_mask", "token_type_ids")]
     out = Path(output_dir)
     holds_model = (out / "config.json").is_file()  # e.g. the model's own folder: never changed (only onnx/ added)

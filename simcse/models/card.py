@@ -36,6 +36,10 @@ _POOLER_TEXT = {
     "avg_top2": "the attention-masked mean of the average of the last two layers",
     "avg_first_last": "the attention-masked mean of the average of the first and the last layer",
     "last_token": "the last layer's state of each sentence's last real token",
+    "prompt_mask": "the last-layer state of the [MASK] token of the prompt template wrapped around the sentence "
+                   "(simcse_config.json, `prompt`), through the MLP head",
+    "prompt_mask_before_pooler": "the last-layer state of the [MASK] token of the prompt template wrapped around the "
+                                 "sentence (simcse_config.json, `prompt`; no MLP)",
 }
 _CITATION = """@inproceedings{gao2021simcse,
    title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
@@ -102,6 +106,10 @@ def _usage(pooler: str, name: str, st_ok: bool) -> str:
     elif pooler == "last_token":
         hf = ("last = batch[\"attention_mask\"].sum(1) - 1  # right padding\n"
               "emb = out.last_hidden_state[torch.arange(len(last)), last]")
+    elif pooler.startswith("prompt_mask"):
+        hf = ("# the sentences must first be wrapped in the template of simcse_config.json (\"prompt\"), e.g.\n"
+              "# 'This sentence : \"{sentence}\" means {mask} .' with {mask} = tokenizer.mask_token\n"
+              "emb = out.last_hidden_state[batch[\"input_ids\"] == tokenizer.mask_token_id]")
     else:
         layers = {"avg": "out.last_hidden_state", "avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
                   "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2"}[pooler]
@@ -140,6 +148,8 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
     mlp_note = " (the MLP is used in training only)" if pooler == "cls" and cfg.get("mlp_only_train") else ""
     if pooler == "cls" and cfg.get("mlp_only_train"):
         pooler_text = "the [CLS] vector of the last layer (no MLP)"
+    elif pooler == "prompt_mask" and cfg.get("mlp_only_train"):
+        pooler_text = _POOLER_TEXT["prompt_mask_before_pooler"]
     else:
         pooler_text = _POOLER_TEXT.get(pooler, pooler)
     lines = [f"# {name}", "",

@@ -71,8 +71,10 @@ def model_fingerprint(model, legacy: bool = False) -> str:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model_fingerprint takes a SimCSEModel, got {type(model).__name__}")
     h = hashlib.sha256()
+    prompt = getattr(model, "prompt", None)  # a PromptBERT template is part of what the model computes
     h.update(json.dumps({"pooler_type": getattr(model, "pooler_type", None),
-                         "mlp_only_train": bool(getattr(model, "mlp_only_train", False))}, sort_keys=True).encode())
+                         "mlp_only_train": bool(getattr(model, "mlp_only_train", False)),
+                         **({"prompt": prompt.to_dict()} if prompt is not None else {})}, sort_keys=True).encode())
     state = model.state_dict()
     unused = ("mlm_head.",) + (("mlp.",) if getattr(model, "mlp_only_train", False) else ())  # not in encode()
     for name in sorted(k for k in state if not k.startswith(unused)):

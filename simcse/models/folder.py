@@ -25,7 +25,7 @@ from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
-from simcse.models.pooling import get_pooler, recorded_pooler
+from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.st_files import write_sentence_transformers_files
@@ -249,8 +249,6 @@ def _pooler_dense(hf_pooler) -> nn.Linear | None:
     return dense if isinstance(dense, nn.Linear) else None
 
 
-# init options of a tokenizer that say where it was read from, not how it tokenises (and padding_side, which
-# every encode of this package sets to "right" itself)
 class SavedFolder:
     """save_pretrained / from_pretrained / load_weights of :class:`simcse.SimCSEModel` (see the module)."""
 
@@ -263,6 +261,7 @@ class SavedFolder:
             "pooler_type": self.pooler_type,
             "mlp_only_train": self.mlp_only_train,
             "hidden_size": self.hidden_size,
+            **({"prompt": self.prompt.to_dict()} if getattr(self, "prompt", None) is not None else {}),
         }
         encoder_config = getattr(self.encoder, "config", None)
         if encoder_config is not None and is_decoder_config(encoder_config):  # decoder LLMs: the attention used
@@ -370,6 +369,7 @@ class SavedFolder:
         mlp_only_train: bool | None = None,
         new_mlp_init: str = "encoder_pooler",
         trust_remote_code: bool = False,
+        prompt: dict | None = None,
         **hf_kwargs,
     ) -> "SavedFolder":
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, a folder written by the
@@ -389,6 +389,8 @@ class SavedFolder:
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
                 ``"random"`` draws N(0, initializer_range) like the reference trainer's fresh ``MLPLayer``.
             trust_remote_code: passed to transformers; off by default.
+            prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig`
+                dict); default: the one the folder records.
             hf_kwargs: more ``AutoModel.from_pretrained`` options (``dtype``, ``attn_implementation``...).
 
         Raises:
@@ -415,7 +417,10 @@ class SavedFolder:
         hf_dense = _pooler_dense(hf_pooler)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
                                                   **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
-        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
+        if prompt is None and cfg is not None and pooler_type in PROMPT_POOLERS:
+            prompt = cfg.get("prompt")
+        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler,
+                    prompt=prompt)
         if model.mlp is not None:
             mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():

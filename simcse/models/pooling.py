@@ -19,6 +19,9 @@ reference implementation (``models.py: Pooler``):
   attention mask, so right and left padding give the same vector): the pooler of decoder LLM embedders
   (E5-mistral, GTE-Qwen; sentence-transformers' ``pooling_mode_lasttoken``), whose last token has attended to
   the whole sentence under causal attention.
+* ``prompt_mask`` / ``prompt_mask_before_pooler``: the last-layer state of the ``[MASK]`` token of a prompt
+  template wrapped around the sentence (PromptBERT; :mod:`simcse.models.prompt`), with / without the MLP head
+  (like ``cls`` / ``cls_before_pooler``).
 * ``avg_first_last_embeddings``: masked mean of the average of the *embedding layer's output*
   (``hidden_states[0]``) and the last layer: what the paper's printed "first-last avg." rows (Tables 1, 6 and
   the BERT/RoBERTa baselines of Table 5) computed, per the reference README's note on that bug.
@@ -91,6 +94,17 @@ def _avg_first_last(last_hidden, attention_mask, hidden_states):
 @_register("avg_first_last_embeddings", needs_hidden_states=True)
 def _avg_first_last_embeddings(last_hidden, attention_mask, hidden_states):
     return _masked_mean((hidden_states[0] + hidden_states[-1]) / 2.0, attention_mask)
+
+
+PROMPT_POOLERS = ("prompt_mask", "prompt_mask_before_pooler")
+
+
+@_register("prompt_mask", uses_mlp=True)
+@_register("prompt_mask_before_pooler")
+def _prompt_mask(last_hidden, attention_mask, hidden_states):
+    # The [MASK] state of a prompt template: SimCSEModel computes it (simcse.models.prompt.prompt_forward), as
+    # the template is inserted into the token ids before the encoder runs.
+    raise ValueError("the prompt_mask poolers need the model's prompt template; use SimCSEModel (set_prompt)")
 
 
 def get_pooler(name: str) -> Pooler:
@@ -208,8 +222,8 @@ def _agreeing_poolers(folder, recorded: str) -> set[str]:
 
     names = {recorded}
     cfg = Path(folder) / "simcse_config.json"
-    if recorded == "cls" and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
-        names.add("cls_before_pooler")
+    if recorded in ("cls", "prompt_mask") and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
+        names.add(f"{recorded}_before_pooler")
     return names
 
 

@@ -12,7 +12,7 @@ ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", 
 
 
 def test_registry_names_and_unknown():
-    assert sorted(POOLERS) == sorted(ALL_POOLERS)
+    assert sorted(POOLERS) == sorted(ALL_POOLERS + ["prompt_mask", "prompt_mask_before_pooler"])  # the prompt ones: test_prompt.py
     with pytest.raises(ValueError, match="avg_first_last"):
         get_pooler("mean")
 
