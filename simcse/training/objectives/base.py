@@ -35,6 +35,22 @@ __all__ = ["Objective", "LossContext", "Loss"]
 Loss = "torch.Tensor | dict[str, torch.Tensor]"
 
 
+class declaration_check:
+    """A method decorator: bound to the instance when called on one, to the class when called on the class.
+
+    The declaration checks below read the declarations through it, so a wrapper objective (Matryoshka over
+    another objective) that sets its declarations per instance from the objective it wraps is checked by
+    them, while ``SomeObjective.check_columns(...)`` keeps working on the class.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj, owner=None):
+        return self.fn.__get__(obj if obj is not None else owner)
+
+
 @dataclass
 class LossContext:
     """What the trainer tells an objective at a loss call or a step hook.
@@ -127,7 +143,7 @@ class Objective(nn.Module):
         return {}
 
     # ------------------------------------------------------------------ declarations checked at setup
-    @classmethod
+    @declaration_check
     def check_columns(cls, columns: list[str], source: str) -> None:
         """Refuse training data without the required columns.
 
@@ -140,7 +156,7 @@ class Objective(nn.Module):
             raise ValueError(f"--loss {cls.name} needs the column(s) {missing} in the training data {source!r}; "
                              f"it has {columns}")
 
-    @classmethod
+    @declaration_check
     def check_batch(cls, per_device: int, world: int, n_views: int) -> None:
         """Refuse a per-device batch below :attr:`min_batch` (one home for "batch >= N").
 
