@@ -28,6 +28,7 @@ from simcse.models.card import write_model_card
 from simcse.models.pooling import get_pooler, recorded_pooler
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.st_files import write_sentence_transformers_files
+from simcse.models.truncation import TRAINED_DIMS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -282,12 +283,17 @@ class SavedFolder:
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
-        return {
+        """``simcse_config.json``: format version, pooler, MLP flag, hidden size, and ``matryoshka_dims`` (the
+        embedding sizes a ``--loss matryoshka`` run trained, high to low) when the model has them."""
+        cfg = {
             "format_version": FORMAT_VERSION,
             "pooler_type": self.pooler_type,
             "mlp_only_train": self.mlp_only_train,
             "hidden_size": self.hidden_size,
         }
+        if getattr(self, TRAINED_DIMS_KEY, None):
+            cfg[TRAINED_DIMS_KEY] = [int(d) for d in getattr(self, TRAINED_DIMS_KEY)]
+        return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
                         is_main_process: bool = True) -> None:
@@ -417,6 +423,8 @@ class SavedFolder:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
                                                   **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
         model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
+        if cfg is not None and cfg.get(TRAINED_DIMS_KEY):
+            setattr(model, TRAINED_DIMS_KEY, [int(d) for d in cfg[TRAINED_DIMS_KEY]])
         if model.mlp is not None:
             mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():
