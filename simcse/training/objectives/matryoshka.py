@@ -32,19 +32,17 @@ import torch.nn.functional as F
 
 from simcse.models.truncation import truncate_embeddings
 from simcse.training.objectives import build_objective, register_objective
-from simcse.training.objectives.base import LossContext, Objective
+from simcse.training.objectives.base import INPUT_KEYS, LossContext, Objective, ObjectiveWrapper, total_loss
 
-__all__ = ["Matryoshka", "AdaptiveLayer", "Matryoshka2d", "total_loss"]
+__all__ = ["Matryoshka", "AdaptiveLayer", "Matryoshka2d"]
 
 logger = logging.getLogger(__name__)
 _WRAPPERS = ("matryoshka", "adaptive_layer", "2d_matryoshka")
-_DECLARATIONS = ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
-                 "supports_gather", "supports_grad_cache", "needs_text")
 
 
-def total_loss(value) -> torch.Tensor:
-    """An objective's result as one scalar: the tensor itself, or the sum of a dict's parts."""
-    return sum(value.values()) if isinstance(value, dict) else value
+def _scalar(value) -> torch.Tensor:
+    """An objective's result as one scalar (:func:`~simcse.training.objectives.base.total_loss`'s sum)."""
+    return total_loss(value)[0]
 
 
 def _draw(n: int, k: int, context: LossContext | None, salt: int) -> list[int]:
@@ -56,31 +54,25 @@ def _draw(n: int, k: int, context: LossContext | None, salt: int) -> list[int]:
     return sorted(torch.randperm(n, generator=g)[:k].tolist())
 
 
-class _Wrapper(Objective):
-    """Common part: build the inner objective from ``loss``/``loss_args`` and take its declarations."""
+def _inner(name: str, loss, loss_args) -> Objective:
+    """The wrapped objective: ``loss`` itself (an Objective) or the registered objective ``loss`` built with
+    ``loss_args``.
 
-    def _wrap(self, loss, loss_args) -> None:
-        if isinstance(loss, Objective):
-            self.inner = loss
-        else:
-            if not isinstance(loss, str) or not loss:
-                raise ValueError(f"--loss_args loss for --loss {self.name} must name an objective, got {loss!r}")
-            if loss in _WRAPPERS:
-                raise ValueError(f"--loss_args loss for --loss {self.name} cannot be another wrapper ({loss!r}); "
-                                 "use 2d_matryoshka for layers x dimensions")
-            self.inner = build_objective(loss, loss_args)
-        for key in _DECLARATIONS:
-            setattr(self, key, getattr(self.inner, key))
-
-    def setup(self, model, args) -> None:
-        self.inner.setup(model, args)
-
-    def on_step_end(self, model, context: LossContext) -> None:
-        self.inner.on_step_end(model, context)
+    Raises:
+        ValueError: ``loss`` is not a name, names a wrapper, or is unknown (as :func:`build_objective`).
+    """
+    if isinstance(loss, Objective):
+        return loss
+    if not isinstance(loss, str) or not loss:
+        raise ValueError(f"--loss_args loss for --loss {name} must name an objective, got {loss!r}")
+    if loss in _WRAPPERS:
+        raise ValueError(f"--loss_args loss for --loss {name} cannot be another wrapper ({loss!r}); "
+                         "use 2d_matryoshka for layers x dimensions")
+    return build_objective(loss, loss_args)
 
 
 @register_objective
-class Matryoshka(_Wrapper):
+class Matryoshka(ObjectiveWrapper):
     """The Matryoshka wrapper (see the module).
 
     Args:
@@ -99,7 +91,7 @@ class Matryoshka(_Wrapper):
 
     def __init__(self, loss: str = "infonce", loss_args=None, matryoshka_dims=None, matryoshka_weights=None,
                  n_dims_per_step: int = -1):
-        super().__init__()
+        ObjectiveWrapper.__init__(self, _inner(self.name, loss, loss_args))
         dims = list(matryoshka_dims or [])
         if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
             raise ValueError(f"--loss_args matryoshka_dims for --loss {self.name} must be a non-empty list of "
@@ -115,7 +107,6 @@ class Matryoshka(_Wrapper):
         self.matryoshka_dims = [d for d, _ in pairs]
         self.matryoshka_weights = [w for _, w in pairs]
         self.n_dims_per_step = n_dims_per_step
-        self._wrap(loss, loss_args)
 
     def setup(self, model, args) -> None:
         """Check the dimensions against the model's hidden size and record them on the model (saved into
@@ -139,11 +130,8 @@ class Matryoshka(_Wrapper):
             if d > embeddings.shape[-1]:
                 raise ValueError(f"--loss_args matryoshka_dims {d} exceeds the embedding size {embeddings.shape[-1]}")
             small = truncate_embeddings(embeddings, d, normalize=True)
-            out[f"dim{d}"] = w * total_loss(self.inner.loss(small, batch, context))
+            out[f"dim{d}"] = w * _scalar(self.inner.loss(small, batch, context))
         return out
-
-    def chunk_loss(self, embeddings, batch, context):
-        return self.inner.chunk_loss(embeddings, batch, context)
 
     def get_config_dict(self) -> dict:
         return {"loss": self.inner.name, "loss_args": self.inner.get_config_dict(),
@@ -156,7 +144,7 @@ _LAYER_WEIGHTING = {"uniform": lambda i: 1.0, "log": lambda i: 1.0 / (1.0 + math
 
 
 @register_objective
-class AdaptiveLayer(_Wrapper):
+class AdaptiveLayer(ObjectiveWrapper):
     """The AdaptiveLayer wrapper (see the module; sentence-transformers' ``AdaptiveLayerLoss`` arguments).
 
     Args:
@@ -175,10 +163,9 @@ class AdaptiveLayer(_Wrapper):
     def __init__(self, loss: str = "infonce", loss_args=None, n_layers_per_step: int = 1,
                  last_layer_weight: float = 1.0, prior_layers_weight: float = 1.0, kl_div_weight: float = 1.0,
                  kl_temperature: float = 0.3, layer_weighting: str = "uniform"):
-        super().__init__()
+        ObjectiveWrapper.__init__(self, _inner(self.name, loss, loss_args))
         self._layer_options(n_layers_per_step, last_layer_weight, prior_layers_weight, kl_div_weight,
                             kl_temperature, layer_weighting)
-        self._wrap(loss, loss_args)
 
     def _layer_options(self, n_layers_per_step, last_layer_weight, prior_layers_weight, kl_div_weight,
                        kl_temperature, layer_weighting) -> None:
@@ -198,10 +185,6 @@ class AdaptiveLayer(_Wrapper):
         self.kl_div_weight = float(kl_div_weight)
         self.kl_temperature = float(kl_temperature)
         self.layer_weighting = layer_weighting
-        self.supports_grad_cache = False
-
-    def _wrap(self, loss, loss_args) -> None:
-        super()._wrap(loss, loss_args)
         self.supports_grad_cache = False  # the earlier layers' in-batch losses need the whole batch
 
     def setup(self, model, args) -> None:
@@ -212,7 +195,7 @@ class AdaptiveLayer(_Wrapper):
 
     def loss(self, embeddings: torch.Tensor, batch, context: LossContext | None = None) -> dict[str, torch.Tensor]:
         """The last layer's term: ``{"last_layer": last_layer_weight * inner(embeddings)}``."""
-        return {"last_layer": self.last_layer_weight * total_loss(self.inner.loss(embeddings, batch, context))}
+        return {"last_layer": self.last_layer_weight * _scalar(self.inner.loss(embeddings, batch, context))}
 
     def chunk_loss(self, embeddings: torch.Tensor, batch, context: LossContext) -> dict[str, torch.Tensor]:
         """The earlier layers' terms (see the module): one extra pass of ``context.model`` over ``batch``'s
@@ -221,17 +204,18 @@ class AdaptiveLayer(_Wrapper):
         n_layers = model.num_hidden_layers  # hidden states 0..n_layers; the earlier ones are 0..n_layers-1
         layers = _draw(n_layers, self.n_layers_per_step, context, salt=2)
         b, v = embeddings.shape[:2]
-        inputs = {k: t.reshape(b * v, -1) for k, t in batch.items()
-                  if k in ("input_ids", "attention_mask", "token_type_ids") and torch.is_tensor(t) and t.dim() == 3}
+        inputs = {k: batch[k].reshape(b * v, -1) for k in INPUT_KEYS if k in batch}
         per_layer = model.layer_embeddings(layers=layers, **inputs).reshape(b, v, len(layers), -1)
-        out = {"prior_layers": embeddings.new_zeros((), dtype=torch.float32)}
+        inner_total, inner_parts = total_loss(self.inner.chunk_loss(embeddings, batch, context))  # e.g. MLM
+        out = inner_parts or ({"inner": inner_total} if inner_total is not None else {})
+        out["prior_layers"] = embeddings.new_zeros((), dtype=torch.float32)
         if self.kl_temperature > 0:
             out["kl"] = embeddings.new_zeros((), dtype=torch.float32)
             teacher = F.softmax(embeddings.float().reshape(b * v, -1) / self.kl_temperature, dim=-1).detach()
         for j, layer in enumerate(layers):
             emb = per_layer[:, :, j]
             w = _LAYER_WEIGHTING[self.layer_weighting](layer) / len(layers) * self.prior_layers_weight
-            out["prior_layers"] = out["prior_layers"] + w * total_loss(self.inner.loss(emb, batch, context))
+            out["prior_layers"] = out["prior_layers"] + w * _scalar(self.inner.loss(emb, batch, context))
             if self.kl_temperature > 0:
                 student = F.log_softmax(emb.float().reshape(b * v, -1) / self.kl_temperature, dim=-1)
                 kl = F.kl_div(student, teacher, reduction="batchmean")
@@ -256,10 +240,10 @@ class Matryoshka2d(AdaptiveLayer):
                  n_layers_per_step: int = 1, n_dims_per_step: int = 1, last_layer_weight: float = 1.0,
                  prior_layers_weight: float = 1.0, kl_div_weight: float = 1.0, kl_temperature: float = 0.3,
                  layer_weighting: str = "uniform"):
-        Objective.__init__(self)
+        ObjectiveWrapper.__init__(self, Matryoshka(loss, loss_args, matryoshka_dims, matryoshka_weights,
+                                                   n_dims_per_step))
         self._layer_options(n_layers_per_step, last_layer_weight, prior_layers_weight, kl_div_weight,
                             kl_temperature, layer_weighting)
-        self._wrap(Matryoshka(loss, loss_args, matryoshka_dims, matryoshka_weights, n_dims_per_step), None)
 
     def get_config_dict(self) -> dict:
         inner = self.inner.get_config_dict()
