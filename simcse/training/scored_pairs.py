@@ -19,7 +19,7 @@ from pathlib import Path
 
 from simcse.evaluation.data import read_split_pairs, resolve_senteval_dir
 
-__all__ = ["SCORED_PAIR_SETS", "read_scored_pairs", "write_scored_pairs", "main"]
+__all__ = ["SCORED_PAIR_SETS", "read_scored_pairs", "write_scored_pairs", "numeric_label_columns", "main"]
 
 #: name -> (SentEval task, split, the pairs it has)
 SCORED_PAIR_SETS: dict[str, tuple[str, str, int]] = {
@@ -62,6 +62,36 @@ def write_scored_pairs(name: str, out: str | os.PathLike, data_dir: str | os.Pat
         w.writerows((a, b, repr(s)) for a, b, s in rows)
     os.replace(tmp, out)
     return out
+
+
+def numeric_label_columns(ds, labels: list[str], source: str):
+    """``ds`` with its ``labels`` columns as float64 numbers (a score of any range: 0..5, 1..5, 0/1).
+
+    Raises:
+        ValueError: a cell that is not a number (names the column, the row and the value).
+    """
+    if not labels:
+        return ds
+
+    def to_float(batch, indices):
+        out = {}
+        for c in labels:
+            values = []
+            for i, x in zip(indices, batch[c]):
+                try:
+                    values.append(float(x))
+                except (TypeError, ValueError):
+                    raise ValueError(f"{source}: column {c!r} of row {i + 1} is {x!r}; expected a number "
+                                     "(the objective's label)") from None
+            out[c] = values
+        return out
+
+    import datasets
+
+    features = ds.features.copy()
+    for c in labels:
+        features[c] = datasets.Value("float64")
+    return ds.map(to_float, batched=True, with_indices=True, features=features, desc="reading labels")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -144,7 +144,7 @@ def test_cosent_declarations_and_bad_input():
     cls = get_objective("cosent")
     assert cls.label_columns == ("score",) and cls.input_columns == ("sent0", "sent1")
     with pytest.raises(ValueError, match="score"):
-        cls.check_columns(["sent0", "sent1"], "pairs.csv")
+        cls().check_columns(["sent0", "sent1"], "pairs.csv")
     with pytest.raises(ValueError, match="scale"):
         build_objective("cosent", '{"scale": 0}')
     emb, _ = _inputs()
