@@ -60,6 +60,9 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help="truncation in tokens (default 128; for an --index, the one it was built with)")
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32 "
                    "(default: float32)")
+    p.add_argument("--truncate_dim", "--truncate-dim", dest="truncate_dim", type=int, default=None,
+                   help="keep the first N coordinates of each embedding (a Matryoshka-trained model); unit rows are "
+                        "normalised after the cut (default: the full size; search/serve: the size the index was built at)")
 
 
 def _add_dataset_args(p: argparse.ArgumentParser) -> None:
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         for name in ("batch_size", "max_length", "chunk_size", "top_k", "max_lines", "shard_size", "nlist", "nprobe",
-                     "train_size", "pq_m", "refine_factor", "hnsw_m", "ef_search"):
+                     "train_size", "pq_m", "refine_factor", "hnsw_m", "ef_search", "truncate_dim"):
             v = getattr(args, name, None)
             if v is not None and v < 1:
                 raise CLIError(f"{_spelled(argv, name)} must be a positive integer, got {v}")

@@ -97,6 +97,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "evaluation.py settings of --mode (paper-comparable); sklearn = scikit-learn (faster, not comparable)")
     p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
+    p.add_argument("--truncate_dim", default=None,
+                   help="evaluate the first N coordinates of each embedding (a Matryoshka-trained model): N, a list "
+                        "'384,128,64' (one STS table row per size), or 'trained' (every size the folder records "
+                        "in simcse_config.json matryoshka_dims)")
     p.add_argument("--update_card", action="store_true",
                    help="write the STS-B / SICK-R Spearman of this run into the model folder's README.md (model card)")
     add_both_spellings(p)  # --batch_size / --batch-size, as every simcse command
@@ -149,7 +153,8 @@ def main(argv=None) -> dict:
     """
     args = parse_args(argv)
     from simcse.evaluation import check_tasks, evaluate, format_tables, resolve_senteval_dir, table_values
-    from simcse.evaluation.tables import table_notes
+    from simcse.evaluation.tables import format_dims_table, table_notes
+    from simcse.models.truncation import truncate_embeddings
 
     if not args.quiet:
         logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
@@ -178,24 +183,47 @@ def main(argv=None) -> dict:
         model = SimCSEModel.from_pretrained(args.model_name_or_path, pooler_type=pooler_type)
     except (OSError, ValueError) as e:
         sys.exit(f"error: cannot load model {args.model_name_or_path!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    try:
+        dims = truncate_dims(args.truncate_dim, model)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     pooler = model.pooler_type
     shown = pooler if model.inference_pooler == pooler else f"{pooler} (mlp_only_train: encodes as {model.inference_pooler})"
     print(pooler_line(recorded, shown, args.pooler), flush=True)
 
-    def encode(sentences):
-        return model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
-                            show_progress=not args.quiet)
+    cache: dict[tuple, object] = {}
 
+    def encode_full(sentences):
+        key = tuple(sentences) if len(dims) > 1 else None  # several sizes: each sentence list is encoded once
+        if key is None or key not in cache:
+            emb = model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
+                               show_progress=not args.quiet)
+            if key is None:
+                return emb
+            cache[key] = emb
+        return cache[key]
+
+    by_dim = {}
     try:
-        results = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode, sts_splits="all" if args.sts_all_splits else None,
-                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs,
-                           classifier=args.classifier)
+        for dim in dims:
+            def encode(sentences, dim=dim):
+                return truncate_embeddings(encode_full(sentences), dim)
+
+            by_dim[dim] = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode,
+                                   sts_splits="all" if args.sts_all_splits else None, kfold=args.kfold,
+                                   seed=args.seed, n_jobs=args.n_jobs, classifier=args.classifier)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
+    results = by_dim[dims[0]]
     seconds = time.perf_counter() - t0
-    print(format_tables(results, args.mode, args.classifier))
+    if len(dims) > 1:
+        print(format_dims_table({d: table_values(r, args.mode) for d, r in by_dim.items()}, args.mode))
+    else:
+        if dims[0] is not None:
+            print(f"truncate_dim {dims[0]} (of {model.hidden_size})")
+        print(format_tables(results, args.mode, args.classifier))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {shown}: {seconds:.1f} s (model load + encoding + scoring)")
     if args.update_card:
         from simcse.models.card import results_from_senteval, write_model_card
@@ -217,6 +245,9 @@ def main(argv=None) -> dict:
             "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
+        if dims != [None]:
+            out["truncate_dim"] = dims if len(dims) > 1 else dims[0]
+            out["tables_by_dim"] = {str(d): table_values(r, args.mode) for d, r in by_dim.items()}
         from simcse.files.storage import WriteError, write_text_atomic
 
         try:
@@ -227,6 +258,32 @@ def main(argv=None) -> dict:
             sys.exit(f"error: {e}")
         print(f"wrote {args.output_json}")
     return results
+
+
+def truncate_dims(value: str | None, model) -> list[int | None]:
+    """The sizes ``--truncate_dim`` asks for: [None] (full size) when not given; one int; a comma list; or
+    ``trained``: the model's recorded ``matryoshka_dims`` (high to low).
+
+    Raises:
+        ValueError: not a positive int / list / ``trained``; ``trained`` for a model that records no sizes; a
+            size above the model's hidden size (each names ``--truncate_dim``).
+    """
+    from simcse.models.truncation import check_truncate_dim
+
+    if value is None:
+        return [None]
+    if str(value).strip() == "trained":
+        dims = list(getattr(model, "matryoshka_dims", None) or [])
+        if not dims:
+            raise ValueError("--truncate_dim trained: the model folder records no matryoshka_dims (it was not "
+                             "trained with --loss matryoshka); give the sizes, e.g. --truncate_dim 384,128,64")
+    else:
+        try:
+            dims = [int(x) for x in str(value).split(",")]
+        except ValueError:
+            raise ValueError(f"--truncate_dim must be a positive integer, a comma list of them or 'trained', "
+                             f"got {value!r}") from None
+    return [check_truncate_dim(d, model.hidden_size, "--truncate_dim") for d in dims]
 
 
 def pooler_line(recorded: tuple[str, str] | None, used: str, requested: str | None) -> str:

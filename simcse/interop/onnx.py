@@ -29,6 +29,7 @@ import torch
 
 from simcse.files.storage import make_temp_folder, ordinary_permissions, signals_end_the_write
 from simcse.models.folder import model_fingerprint
+from simcse.models.truncation import TRAINED_DIMS_KEY
 
 ONNX_SUBDIR = "onnx"
 ONNX_FP32_NAME = "simcse.onnx"
@@ -166,6 +167,8 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
                     "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
                     "ort_optimized": bool(optimized), "opset": opset,
                     "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
+            if getattr(model, TRAINED_DIMS_KEY, None):  # the sizes it was trained at (SimCSE(..., truncate_dim=))
+                meta[TRAINED_DIMS_KEY] = [int(d) for d in getattr(model, TRAINED_DIMS_KEY)]
             (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
             if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
                 model.tokenizer.save_pretrained(out)
@@ -220,6 +223,7 @@ class ONNXEncoder:
         self.pooler_type = self.meta["pooler_type"]
         self.mlp_only_train = self.meta["mlp_only_train"]
         self.hidden_size = int(self.meta["hidden_size"])
+        self.matryoshka_dims = self.meta.get(TRAINED_DIMS_KEY)  # None for a model trained at its full size only
         self.max_input_tokens = int(self.meta["max_input_tokens"])
         self.input_names = list(self.meta["input_names"])
         self.device = torch.device("cpu")

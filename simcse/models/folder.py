@@ -29,6 +29,7 @@ from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.st_files import write_sentence_transformers_files
+from simcse.models.truncation import TRAINED_DIMS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +255,8 @@ class SavedFolder:
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
+        """``simcse_config.json``: format version, pooler, MLP flag, hidden size, and ``matryoshka_dims`` (the
+        embedding sizes a ``--loss matryoshka`` run trained, high to low) when the model has them."""
         from simcse.models.decoder import is_bidirectional, is_decoder_config
 
         cfg = {
@@ -273,6 +276,8 @@ class SavedFolder:
         if getattr(self, "prompts", None):
             cfg["prompts"] = dict(self.prompts)
             cfg["default_prompt_name"] = self.default_prompt_name
+        if getattr(self, TRAINED_DIMS_KEY, None):
+            cfg[TRAINED_DIMS_KEY] = [int(d) for d in getattr(self, TRAINED_DIMS_KEY)]
         return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
@@ -421,6 +426,8 @@ class SavedFolder:
             prompt = cfg.get("prompt")
         model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler,
                     prompt=prompt)
+        if cfg is not None and cfg.get(TRAINED_DIMS_KEY):
+            setattr(model, TRAINED_DIMS_KEY, [int(d) for d in cfg[TRAINED_DIMS_KEY]])
         if model.mlp is not None:
             mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():

@@ -185,6 +185,37 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, nn.Module):
             pooled = self.mlp(pooled)
         return pooled
 
+    def layer_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int],
+                         **encoder_kwargs) -> torch.Tensor:
+        """Sentence embeddings read at intermediate layers: (N, L) ids/mask -> (N, len(layers), H).
+
+        ``layers`` index the encoder's ``hidden_states`` (0 the embedding output, ``n_layers`` the last layer).
+        Each layer's token states go through this model's pooler (and, as in :meth:`forward`, the ``cls`` MLP
+        while training), as sentence-transformers' ``AdaptiveLayerLoss`` pools every layer with the model's
+        Pooling module. One encoder pass (padded, ``output_hidden_states``), with gradients.
+
+        Raises:
+            ValueError: a layer outside ``0..n_layers``.
+        """
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                           return_dict=True, **encoder_kwargs)
+        hidden = out.hidden_states
+        bad = [i for i in layers if not 0 <= i < len(hidden)]
+        if bad:
+            raise ValueError(f"layers {bad} outside the encoder's hidden states 0..{len(hidden) - 1}")
+        pooled = []
+        for i in layers:
+            p = self.pooler.fn(hidden[i], attention_mask, hidden)
+            if self.mlp is not None and (self.training or not self.mlp_only_train):
+                p = self.mlp(p)
+            pooled.append(p)
+        return torch.stack(pooled, dim=1)
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """The encoder's transformer layers (its ``hidden_states`` count is one more)."""
+        return int(self.encoder.config.num_hidden_layers)
+
     # ------------------------------------------------------------------------- activation checkpointing
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
                                         every_n_layers: int = 1, offload: bool = False) -> None:

@@ -142,6 +142,41 @@ def model_for_index(index: str, model: str | None, pooler: str | None,
     return model, pooler
 
 
+def truncate_dim_for_index(index: str, truncate_dim: int | None) -> int | None:
+    """The ``truncate_dim`` to query the index folder ``index`` with: the one it was built at unless given;
+    read before any model is loaded.
+
+    Raises:
+        ValueError: a given ``truncate_dim`` other than the size the index was built at (naming both).
+    """
+    meta_file = Path(index) / TOOL_META_NAME
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    built, size = meta.get("truncate_dim"), meta.get("hidden_size")
+    if truncate_dim is None:
+        return built
+    if size is not None and truncate_dim != size:
+        how = f"--truncate_dim {built}" if built else "the model's full size"
+        raise ValueError(f"--truncate_dim {truncate_dim} does not match the {size} dimensions the index {index} was "
+                         f"built at ({how}): drop --truncate_dim or use {size}")
+    return truncate_dim
+
+
+def check_vector_size(tool, dim: int, what: str) -> None:
+    """Refuse stored vectors of another size than ``tool`` (a :class:`simcse.SimCSE`) makes (``what``: "index
+    out/ holds").
+
+    Raises:
+        ValueError: the sizes differ (naming ``truncate_dim``, the size to load the model with).
+    """
+    if dim == tool.hidden_size:
+        return
+    full = tool.model.hidden_size
+    have = f"truncate_dim={tool.truncate_dim}" if getattr(tool, "truncate_dim", None) else f"its full {full}"
+    hint = (f"; if they were made with truncate_dim, load the model with truncate_dim={dim}" if dim < full
+            else "; load the model without truncate_dim" if dim == full else "")
+    raise ValueError(f"{what} {dim}-d vectors; this model makes {tool.hidden_size}-d ones ({have}){hint}")
+
+
 def _check_fast_and_kind(faiss_fast: bool, kind: str | None) -> None:
     """ValueError when ``faiss_fast`` (an IVF index) is combined with another ``kind``."""
     if faiss_fast and kind is not None and KIND_ALIASES.get(kind, kind) != "faiss_ivf":
@@ -276,8 +311,7 @@ class IndexLifecycle(IndexIdentity):
 
     def _build_index_from_shards(self, folder: Path, use_faiss, faiss_fast, index_kwargs) -> None:
         shards = ShardSet(folder)
-        if shards.hidden_size != self.hidden_size:
-            raise ValueError(f"{folder} holds {shards.hidden_size}-d vectors; this model makes {self.hidden_size}-d ones")
+        check_vector_size(self, shards.hidden_size, f"{folder} holds")
         recorded = shards.manifest.get("pooler")
         check_pooler_agrees(self.pooler, recorded, f"the shards in {folder}", where=SHARD_MANIFEST,
                             fix=f"load the model with pooler={recorded!r} to use them")
@@ -424,7 +458,8 @@ class IndexLifecycle(IndexIdentity):
         if model_ref and Path(model_ref).exists():
             model_ref = str(Path(model_ref).resolve())
         meta = {"model_name_or_path": model_ref, "model_fingerprint": self.model_fingerprint, "pooler": self.pooler,
-                "hidden_size": self.hidden_size, "num_sentences": len(self.sentences),
+                "hidden_size": self.hidden_size, "truncate_dim": getattr(self, "truncate_dim", None),
+                "num_sentences": len(self.sentences),
                 "max_length": self._index_max_length}  # what its vectors were encoded with: applied on load
 
         def write(tmp: Path) -> None:
@@ -455,8 +490,7 @@ class IndexLifecycle(IndexIdentity):
         """
         folder = Path(folder)
         index = load_index(folder)
-        if index.dim != self.hidden_size:
-            raise ValueError(f"index {folder} holds {index.dim}-d vectors; this model makes {self.hidden_size}-d ones")
+        check_vector_size(self, index.dim, f"index {folder} holds")
         sents_file = folder / SENTENCES_NAME
         if is_store(folder):
             sentences = SentenceStore(folder)

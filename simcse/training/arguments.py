@@ -303,6 +303,8 @@ class DataTrainingArguments:
     sent0_column: str = field(default="sent0", metadata={"help": "--dataset_name: the column of the anchors of pairs/triplets."})
     sent1_column: str = field(default="sent1", metadata={"help": "--dataset_name: the column of the positives of pairs/triplets."})
     hard_neg_column: str = field(default="hard_neg", metadata={"help": "--dataset_name: the column of hard negatives (used when present)."})
+    score_column: str = field(default="score", metadata={"help": "--dataset_name: the column of pair scores for the "
+                                                                  "score-based losses (--loss cosent / angle)."})
     streaming: bool = field(
         default=False,
         metadata={"help": "--dataset_name read as a stream (datasets.IterableDataset): never loaded whole, tokenised on "
@@ -381,7 +383,7 @@ class DataTrainingArguments:
                 raise ValueError(f"{', '.join(given)} apply to --dataset_name, not to --train_file")
             check_train_file(self.train_file)
             return
-        for k in ("sentence_column", "sent0_column", "sent1_column", "hard_neg_column", "dataset_split"):
+        for k in ("sentence_column", "sent0_column", "sent1_column", "hard_neg_column", "score_column", "dataset_split"):
             if not isinstance(getattr(self, k), str) or not getattr(self, k):
                 raise ValueError(f"--{k} must name a column (split), got {getattr(self, k)!r}")
         check_int(self.shuffle_buffer_size, "--shuffle_buffer_size", 0)

@@ -76,17 +76,19 @@ def _load_model(model_args, dropout: float | None):
     _replace_tokenizer(model, model_args, hub)
     return model
 
-def _load_dataset(data_args, seed: int):
-    """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--positives``)."""
+def _load_dataset(data_args, seed: int, label_columns: tuple[str, ...] = ()):
+    """``(dataset, columns)`` of the training file: its own views (with the objective's ``label_columns`` kept
+    when present), or consecutive-sentence pairs (``--positives``)."""
     from simcse.training.data import load_next_sentence_dataset, load_sentence_dataset
     from simcse.training.sources import load_training_dataset
 
     if data_args.dataset_name:
-        return load_training_dataset(data_args, seed)
+        return load_training_dataset(data_args, seed, label_columns)
     if data_args.positives != "simcse":
         return load_next_sentence_dataset(data_args.train_file, data_args.positives, seed=seed,
                                           max_train_samples=data_args.max_train_samples)
-    return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative)
+    return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative,
+                                 label_columns=label_columns)
 
 def _make_collator(model_args, data_args, training_args, tok, objective):
     """The (B, V, L) collator (with the objective's label columns and single-row view count), wrapped in the
@@ -173,10 +175,11 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
             _check_streaming(model_args, training_args)
         _check_fsdp_device(training_args)
         model = _load_model(model_args, dropout)
+        objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
         if data_args.streaming:
             ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
         else:
-            ds, columns = _load_dataset(data_args, training_args.seed)
+            ds, columns = _load_dataset(data_args, training_args.seed, tuple(objective.label_columns))
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
     limit = model.max_input_tokens
@@ -217,9 +220,8 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
             raise SetupError("--prompts with --augmentation: the augmenting collator tokenises the raw text; give one")
         model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
         logger.info("prompts %s (the sent0 prompt is the saved model's default prompt)", prompts)
-    objective = _objective(model_args, model.tokenizer)
     try:
-        objective.check_columns(columns, source)
+        objective.check_columns(columns + [c for c in objective.label_columns if c in ds.column_names], source)
         objective.check_batch(training_args.per_device_train_batch_size, training_args.world_size, len(columns))
     except ValueError as e:
         raise SetupError(str(e)) from e

@@ -153,7 +153,8 @@ def _count_nonblank_lines(p: Path) -> int:
         return sum(1 for raw in f if raw.strip())
 
 
-def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None, neutral: bool = False):
+def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None, neutral: bool = False,
+                          label_columns: tuple[str, ...] = ()):
     """Load a training file as a ``datasets.Dataset`` with a column per view.
 
     * ``.txt``: one sentence per line -> column ``sent0``; blank lines are skipped and counted in the log.
@@ -165,6 +166,8 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
       more fields than the header is an error naming its line.
     * ``neutral=True`` (paper Table 7, "contradiction + neutral"): the CSV must also have ``hard_neg`` and
       ``neutral`` columns; the neutral hypothesis becomes a fourth view, used as one more negative.
+    * ``label_columns`` (the objective's, e.g. ``score`` of ``sent0,sent1,score``): kept when the CSV has
+      them, as float64 numbers (:func:`numeric_label_columns`); they are not views.
 
     Returns (dataset, view_columns).
 
@@ -218,7 +221,11 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
                     f"train_file {str(p)!r} has {ds.column_names}"
                 )
             columns.append(NEUTRAL_COLUMN)
-        ds = ds.remove_columns([c for c in ds.column_names if c not in columns])
+        labels = [c for c in label_columns if c in present and c not in columns]
+        ds = ds.remove_columns([c for c in ds.column_names if c not in columns and c not in labels])
+        from simcse.training.scored_pairs import numeric_label_columns
+
+        ds = numeric_label_columns(ds, labels, f"train_file {str(p)!r}")
     ds = drop_incomplete_rows(ds, columns, f"train_file {str(p)!r}",
                               "blank lines" if p.suffix == ".txt" else "rows with an empty cell")
     if max_train_samples is not None:

@@ -46,6 +46,7 @@ from simcse.training.data import (
     column_prompts,
     tokenize_views,
 )
+from simcse.training.scored_pairs import numeric_label_columns
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,18 @@ def view_columns(have: list[str], data_args) -> list[tuple[str, str]]:
     return views
 
 
+def _label_sources(have: list[str], label_columns: tuple[str, ...], data_args) -> list[tuple[str, str]]:
+    """``[(dataset column, label name), ...]`` for the objective's ``label_columns``: ``score`` is read from
+    ``--score_column`` (default ``score``), any other label from the column of its own name; a label the
+    dataset lacks is left out (the objective's column check names it)."""
+    out = []
+    for name in label_columns:
+        col = getattr(data_args, "score_column", "score") if name == "score" else name
+        if col in have:
+            out.append((col, name))
+    return out
+
+
 def _to_views(ds, views: list[tuple[str, str]]):
     """``ds`` with only the view columns, renamed to the view names (two steps, so swapped names are safe)."""
     ds = ds.select_columns([c for c, _ in views])
@@ -96,7 +109,7 @@ def _open(data_args, streaming: bool):
                                data_args.dataset_data_files, streaming=streaming)
 
 
-def load_training_dataset(data_args, seed: int = 42):
+def load_training_dataset(data_args, seed: int = 42, label_columns: tuple[str, ...] = ()):
     """``(datasets.Dataset, view names)`` of ``--dataset_name`` for training, as
     :func:`simcse.training.data.load_sentence_dataset` gives for a ``--train_file``: rows with a blank or missing
     view dropped (counted in the log), the first ``--max_train_samples`` rows kept. With ``--positives
@@ -125,7 +138,9 @@ def load_training_dataset(data_args, seed: int = 42):
         if not anchors:
             raise ValueError(f"{label} has no two consecutive non-blank sentences: no {data_args.positives} pair")
         return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), ["sent0", "sent1"]
-    ds = _to_views(ds, views)
+    labels = _label_sources(column_names(ds), label_columns, data_args)
+    ds = _to_views(ds, views + labels)
+    ds = numeric_label_columns(ds, [v for _, v in labels], label)
     columns = [v for _, v in views]
     ds = drop_incomplete_rows(ds, columns, label, "rows with an empty or missing view", labels={v: c for c, v in views})
     if data_args.max_train_samples is not None:
