@@ -21,15 +21,13 @@ from hypothesis import strategies as st
 from hypothesis import HealthCheck, settings
 
 from simcse.evaluation import data as D
+from simcse.models.testing import WORDS as _TINY_WORDS
+from simcse.models.testing import SPECIAL_TOKENS, tiny_encoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-WORDS = (
-    "a an the man woman child dog cat horse is are was playing riding eating cutting guitar flute bread "
-    "onion car road park walks runs sits on in with and of to . , red blue big small young old music "
-    "plays sings dances jumps food table house tree water ball"
-).split()
+WORDS = _TINY_WORDS  # the tiny models' vocabulary (simcse.models.testing)
 
 SENTENCES = [
     "a man is playing the guitar .",
@@ -48,33 +46,16 @@ SENTENCES = [
 
 
 def _write_vocab(path):
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    """Write the tiny models' vocabulary file (special tokens, then :data:`WORDS`) to ``path``; its size."""
+    vocab = [*SPECIAL_TOKENS, *WORDS]
     path.write_text("\n".join(vocab) + "\n")
     return len(vocab)
 
 
 def make_tiny_model(folder, arch: str = "bert", seed: int = 0, dropout: float = 0.1):
-    """Save a tiny random ``arch`` ('bert' or 'roberta') encoder + tokenizer into ``folder``; return folder."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab_size = _write_vocab(folder / "vocab.txt")
-    tok = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
-    assert tok.vocab_size == vocab_size, "tokenizer did not read the test vocabulary"
-    torch.manual_seed(seed)
-    common = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
-                  attention_probs_dropout_prob=dropout)
-    if arch == "bert":
-        model = BertModel(BertConfig(**common))
-    elif arch == "roberta":
-        # RoBERTa layout (no token types, padding_idx offset positions) with a WordPiece vocab is enough here.
-        model = RobertaModel(RobertaConfig(pad_token_id=0, bos_token_id=2, eos_token_id=3, type_vocab_size=1, **common))
-    else:
-        raise ValueError(arch)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    """Save a tiny random ``arch`` ('bert' or 'roberta') encoder + tokenizer into ``folder``; return folder
+    (:func:`simcse.models.testing.tiny_encoder`: 2 layers, hidden 32, 64 positions, vocabulary :data:`WORDS`)."""
+    return tiny_encoder(folder, arch=arch, seed=seed, dropout=dropout)
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +164,8 @@ def logged_losses(trainer) -> list[float]:
 
 
 def load_script(name: str, module_name: str | None = None):
-    """Import ``scripts/<name>.py`` as a module (scripts are not a package), fresh on every call."""
+    """Import the user entry point ``scripts/<name>.py`` from its file, fresh on every call (the benchmarks and the GPU
+    check are imported as ``scripts.benchmarks.*`` / ``scripts.gpu_check.*``)."""
     import importlib.util
     from pathlib import Path
 
@@ -390,7 +372,22 @@ def padded_and_unpadded(folder, pooler: str, **kw):
     return padded, free
 
 
-SHARED_PAIRS = Path(os.environ.get("SIMCSE_DATA_MIRROR", "data")) / "pairs"  # the data mirror's shared pair files
+def find_data_mirror() -> Path | None:
+    """The project's data mirror: ``$SIMCSE_DATA_MIRROR``; else the folder ``scripts/setup_env.sh`` linked
+    ``data/wiki1m_for_simcse.txt`` from (so the suite finds it after the README's first command without the
+    variable); else ``../shared/data`` beside the checkout; None when there is none."""
+    if os.environ.get("SIMCSE_DATA_MIRROR"):
+        return Path(os.environ["SIMCSE_DATA_MIRROR"])
+    repo = Path(__file__).resolve().parents[1]
+    link = repo / "data" / "wiki1m_for_simcse.txt"
+    if link.is_symlink() and link.exists():
+        return link.resolve().parent
+    beside = repo.parent / "shared" / "data"
+    return beside if beside.is_dir() else None
+
+
+DATA_MIRROR = find_data_mirror()
+SHARED_PAIRS = (DATA_MIRROR or Path(__file__).resolve().parents[1] / "data") / "pairs"  # the mirror's pair files
 
 
 def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
@@ -463,6 +460,75 @@ def make_mlm_model(folder, dropout: float = 0.1):
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig.from_pretrained(model)).save_pretrained(model)
     return model
+
+
+def write_corpus(folder, n: int = 48, seed: int = 3):
+    """A one-sentence-per-line training file of ``n`` distinct random sentences in ``folder``; returns its path."""
+    path = Path(folder) / "train.txt"
+    path.write_text("\n".join(random_sentences(n, seed=seed)) + "\n")
+    return path
+
+
+def objective_argv(model_dir, train_file, out, loss: str, loss_args: dict, *extra) -> list[str]:
+    """``simcse train`` options of a short CPU run of ``--loss loss`` on a tiny model: batch 8, no evaluation,
+    logging every step (append ``--max_steps`` / saving options / overrides in ``extra``)."""
+    return ["--model_name_or_path", str(model_dir), "--train_file", str(train_file), "--output_dir", str(out),
+            "--loss", loss, "--loss_args", json.dumps(loss_args), "--per_device_train_batch_size", "8",
+            "--learning_rate", "1e-3", "--seed", "0", "--use_cpu", "true", "--eval_strategy", "no",
+            "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
+            "--logging_steps", "1", "--dataloader_pin_memory", "false", "--save_on_signal", "none", *extra]
+
+
+def trainer_state(trainer) -> dict[str, torch.Tensor]:
+    """Every tensor of the trained model (its objective's state included), copied (an objective's non-tensor
+    extra state is left out)."""
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items() if torch.is_tensor(v)}
+
+
+def assert_resume_is_exact(argv, root):
+    """Train ``argv(output_dir, *extra)`` for 4 steps (checkpoints every 2) and again resumed from its
+    ``checkpoint-2``; assert both end with the same tensors (objective state included) and logged losses.
+    Returns the uninterrupted run's trainer."""
+    def run(name, *extra):
+        return run_training(argv(Path(root) / name, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2",
+                                 *extra))
+
+    full = run("full")
+    resumed = run("resumed", "--resume_from_checkpoint", str(Path(root) / "full" / "checkpoint-2"))
+    a, b = trainer_state(full), trainer_state(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert len(logged_losses(full)) == 4 and logged_losses(full) == logged_losses(resumed)
+    return full
+
+
+def simulated_ranks(objective, embeddings, batch, world: int = 2, teacher_views=None):
+    """The objective's loss as ``world`` processes would compute it, in one process: rank r gets rows
+    ``r*b:(r+1)*b`` of (B, V, H) ``embeddings`` / ``batch``, and ``context.gather`` returns every rank's rows of the
+    same view, their gradients flowing back to the rows' owner (as :func:`simcse.training.distributed.all_gather_with_grad`
+    all-reduces them); ``gather_nograd`` the same, detached. ``teacher_views(batch_r) -> list of (b, ...) tensors`` lists what ``gather_nograd`` may be
+    asked for (e.g. teacher embeddings). Returns the mean of the ranks' summed losses (DDP averages gradients)."""
+    from simcse.training.objectives.base import LossContext, total_loss
+
+    b = embeddings.shape[0] // world
+    parts = [{k: v[r * b:(r + 1) * b] for k, v in batch.items()} for r in range(world)]
+    extra = [teacher_views(p) if teacher_views is not None else [] for p in parts]
+
+    def gather_for(r, candidates):
+        def gather(t):
+            for i, c in enumerate(candidates(r)):
+                if c.shape == t.shape and torch.equal(c.detach(), t.detach()):
+                    rows = [t if q == r else candidates(q)[i] for q in range(world)]
+                    return torch.cat(rows)
+            raise AssertionError("gather got a tensor that is no view of the batch")
+        return gather
+
+    views = lambda q: [embeddings[q * b:(q + 1) * b, v] for v in range(embeddings.shape[1])]
+    total = 0.0
+    for r in range(world):
+        ctx = LossContext(model=None, rank=r, world=world, gather=gather_for(r, views),
+                          gather_nograd=gather_for(r, lambda q: extra[q]), batch_size=b, full_batch=parts[r])
+        total = total + total_loss(objective.loss(embeddings[r * b:(r + 1) * b], parts[r], ctx))[0]
+    return total / world
 
 
 def assert_grads_match(ours: dict, theirs: dict, rel: float = 2e-5) -> None:

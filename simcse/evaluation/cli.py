@@ -26,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
+from simcse.files.errors import command_prog
+
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
 TASK_SETS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
     "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],
@@ -34,17 +36,42 @@ TASK_SETS = {
 TASK_SETS["full"] = TASK_SETS["sts"] + TASK_SETS["transfer"]
 
 
-class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's "(default: X)" after each option's help, except where the default is None: those options
-    say in their own words what happens without them."""
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except where the default is None or the help already
+    states it ("default ..."): those options say in their own words what happens without them. The ``simcse``
+    sub-commands' help uses it too (:mod:`simcse.cli`)."""
 
     def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
+        text = action.help or ""
+        if action.default is None or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
+
+def add_both_spellings(parser: argparse.ArgumentParser) -> None:
+    """Let every long option of ``parser`` be given with underscores or dashes (``--top_k`` / ``--top-k``): the
+    reference's and HF's underscore names are listed first in the help, the other spelling is accepted too. Names
+    that another option already uses are left alone. Used by ``simcse evaluate`` and the sub-commands of
+    :mod:`simcse.cli`."""
+    taken = parser._option_string_actions  # argparse's own table of option strings (stable since Python 3.2)
+    for action in parser._actions:
+        names = list(action.option_strings)
+        for name in action.option_strings:
+            if not name.startswith("--"):
+                continue
+            for alt in ("--" + name[2:].replace("-", "_"), "--" + name[2:].replace("_", "-")):
+                if alt not in names and alt not in taken:
+                    names.append(alt)
+                    taken[alt] = action
+        # short options, then the underscore names (the first long name given stays first among them), then dashes
+        action.option_strings = sorted(names, key=lambda n: (n.startswith("--"), "-" in n[2:], names.index(n)))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsHelp)
-    p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
+    p = argparse.ArgumentParser(prog=command_prog("evaluate"), description=__doc__.split("\n\n")[0],
+                                formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--model_name_or_path", "--model", required=True, help="model folder (or hub name when online)")
     p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one the model folder records (simcse_config.json or a sentence-transformers "
                    "1_Pooling; another --pooler is then an error, as in SimCSE(folder, pooler=...)), for the "
                    "reference's 8 published model ids their documented one, else cls")
@@ -70,8 +97,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "evaluation.py settings of --mode (paper-comparable); sklearn = scikit-learn (faster, not comparable)")
     p.add_argument("--n_jobs", type=int, default=None, help="processes for transfer classifiers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
+    p.add_argument("--truncate_dim", default=None,
+                   help="evaluate the first N coordinates of each embedding (a Matryoshka-trained model): N, a list "
+                        "'384,128,64' (one STS table row per size), or 'trained' (every size the folder records "
+                        "in simcse_config.json matryoshka_dims)")
     p.add_argument("--update_card", action="store_true",
                    help="write the STS-B / SICK-R Spearman of this run into the model folder's README.md (model card)")
+    add_both_spellings(p)  # --batch_size / --batch-size, as every simcse command
     return p.parse_args(argv)
 
 
@@ -121,7 +153,8 @@ def main(argv=None) -> dict:
     """
     args = parse_args(argv)
     from simcse.evaluation import check_tasks, evaluate, format_tables, resolve_senteval_dir, table_values
-    from simcse.evaluation.tables import table_notes
+    from simcse.evaluation.tables import format_dims_table, table_notes
+    from simcse.models.truncation import truncate_embeddings
 
     if not args.quiet:
         logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
@@ -150,24 +183,47 @@ def main(argv=None) -> dict:
         model = SimCSEModel.from_pretrained(args.model_name_or_path, pooler_type=pooler_type)
     except (OSError, ValueError) as e:
         sys.exit(f"error: cannot load model {args.model_name_or_path!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    try:
+        dims = truncate_dims(args.truncate_dim, model)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     pooler = model.pooler_type
     shown = pooler if model.inference_pooler == pooler else f"{pooler} (mlp_only_train: encodes as {model.inference_pooler})"
     print(pooler_line(recorded, shown, args.pooler), flush=True)
 
-    def encode(sentences):
-        return model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
-                            show_progress=not args.quiet)
+    cache: dict[tuple, object] = {}
 
+    def encode_full(sentences):
+        key = tuple(sentences) if len(dims) > 1 else None  # several sizes: each sentence list is encoded once
+        if key is None or key not in cache:
+            emb = model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
+                               show_progress=not args.quiet)
+            if key is None:
+                return emb
+            cache[key] = emb
+        return cache[key]
+
+    by_dim = {}
     try:
-        results = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode, sts_splits="all" if args.sts_all_splits else None,
-                           kfold=args.kfold, seed=args.seed, n_jobs=args.n_jobs,
-                           classifier=args.classifier)
+        for dim in dims:
+            def encode(sentences, dim=dim):
+                return truncate_embeddings(encode_full(sentences), dim)
+
+            by_dim[dim] = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode,
+                                   sts_splits="all" if args.sts_all_splits else None, kfold=args.kfold,
+                                   seed=args.seed, n_jobs=args.n_jobs, classifier=args.classifier)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
+    results = by_dim[dims[0]]
     seconds = time.perf_counter() - t0
-    print(format_tables(results, args.mode, args.classifier))
+    if len(dims) > 1:
+        print(format_dims_table({d: table_values(r, args.mode) for d, r in by_dim.items()}, args.mode))
+    else:
+        if dims[0] is not None:
+            print(f"truncate_dim {dims[0]} (of {model.hidden_size})")
+        print(format_tables(results, args.mode, args.classifier))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {shown}: {seconds:.1f} s (model load + encoding + scoring)")
     if args.update_card:
         from simcse.models.card import results_from_senteval, write_model_card
@@ -189,6 +245,9 @@ def main(argv=None) -> dict:
             "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
+        if dims != [None]:
+            out["truncate_dim"] = dims if len(dims) > 1 else dims[0]
+            out["tables_by_dim"] = {str(d): table_values(r, args.mode) for d, r in by_dim.items()}
         from simcse.files.storage import WriteError, write_text_atomic
 
         try:
@@ -199,6 +258,32 @@ def main(argv=None) -> dict:
             sys.exit(f"error: {e}")
         print(f"wrote {args.output_json}")
     return results
+
+
+def truncate_dims(value: str | None, model) -> list[int | None]:
+    """The sizes ``--truncate_dim`` asks for: [None] (full size) when not given; one int; a comma list; or
+    ``trained``: the model's recorded ``matryoshka_dims`` (high to low).
+
+    Raises:
+        ValueError: not a positive int / list / ``trained``; ``trained`` for a model that records no sizes; a
+            size above the model's hidden size (each names ``--truncate_dim``).
+    """
+    from simcse.models.truncation import check_truncate_dim
+
+    if value is None:
+        return [None]
+    if str(value).strip() == "trained":
+        dims = list(getattr(model, "matryoshka_dims", None) or [])
+        if not dims:
+            raise ValueError("--truncate_dim trained: the model folder records no matryoshka_dims (it was not "
+                             "trained with --loss matryoshka); give the sizes, e.g. --truncate_dim 384,128,64")
+    else:
+        try:
+            dims = [int(x) for x in str(value).split(",")]
+        except ValueError:
+            raise ValueError(f"--truncate_dim must be a positive integer, a comma list of them or 'trained', "
+                             f"got {value!r}") from None
+    return [check_truncate_dim(d, model.hidden_size, "--truncate_dim") for d in dims]
 
 
 def pooler_line(recorded: tuple[str, str] | None, used: str, requested: str | None) -> str:

@@ -54,6 +54,19 @@ def format_table(values: dict[str, float]) -> str:
     return "\n".join([rule, head, rule, row, rule])
 
 
+def format_dims_table(by_dim: dict, mode: str = "test") -> str:
+    """The STS table at several embedding sizes (``--truncate_dim a,b,c``): one row per size, one column per
+    task present in every row (and ``Avg.`` when all have it). ``by_dim``: {dim: :func:`table_values`}."""
+    rows = {d: v.get("sts", {}) for d, v in by_dim.items()}
+    columns = [c for c in next(iter(rows.values()), {}) if all(c in r for r in rows.values())]
+    cells = [["dim", *columns]] + [[str(d), *(f"{r[c]:.2f}" for c in columns)] for d, r in rows.items()]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    lines = ["|" + "|".join(f" {x:^{w}} " for x, w in zip(row, widths)) + "|" for row in cells]
+    title = f"------ {mode} : STS (Spearman x 100) at each embedding size ------\n{table_notes(mode)['sts']}"
+    return "\n".join([title, rule, lines[0], rule, *lines[1:], rule])
+
+
 def table_notes(mode: str = "test", classifier: str = "senteval") -> dict[str, str]:
     """What each table's numbers are (metric, aggregation, split, classifier), for the printed table and JSON.
 

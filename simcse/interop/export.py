@@ -27,6 +27,7 @@ from simcse.files.storage import writing
 from simcse.models.folder import MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME
 from simcse.models.modeling import SimCSEModel
 from simcse.models.st_files import ST_FILES, ST_POOLING_MODES, mlp_at_inference, write_sentence_transformers_files
+from simcse.files.checks import check_int
 
 
 def source_folder(model: SimCSEModel) -> Path | None:
@@ -74,11 +75,11 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
     model = _as_model(model)
     if model.pooler_type not in ST_POOLING_MODES:
         raise ValueError(
-            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module only reads "
-            f"the last layer); exportable poolers: {sorted(ST_POOLING_MODES)}"
+            f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module reads the last "
+            f"layer's [CLS] or mean, and cannot insert a prompt template's tokens); exportable poolers: "
+            f"{sorted(ST_POOLING_MODES)}"
         )
-    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
-        raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
+    check_int(max_seq_length, "max_seq_length")
     out = Path(output_dir)
     check_not_source(model, out, "a sentence-transformers export")
     with writing("the sentence-transformers export", out.parent):  # save_pretrained is atomic
@@ -111,6 +112,7 @@ _HF_READING = {
     "avg_first_last": "the mean over tokens (attention_mask) of the average of hidden_states[1] and hidden_states[-1]",
     "avg_first_last_embeddings": "the mean over tokens (attention_mask) of the average of hidden_states[0] and "
                                  "hidden_states[-1]",
+    "last_token": "last_hidden_state at each row's last position where attention_mask is 1",
 }
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from simcse.files.storage import make_temp_folder, ordinary_permissions, signals_end_the_write
 from simcse.models.folder import model_fingerprint
+from simcse.models.truncation import TRAINED_DIMS_KEY
 
 ONNX_SUBDIR = "onnx"
 ONNX_FP32_NAME = "simcse.onnx"
@@ -127,7 +128,9 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         opset: ONNX opset.
 
     Raises:
-        ValueError: an unknown ``quantize``; a model without tokenizer; ``output_dir`` holds another model.
+        ValueError: an unknown ``quantize``; a model without tokenizer; a prompt-template model (``prompt_mask``:
+            the template is inserted into the ids by Python code the graph would not hold); ``output_dir`` holds
+            another model.
         ImportError: onnx/onnxruntime are missing.
     """
     from simcse.interop.export import _as_model, source_folder
@@ -139,6 +142,9 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
     model = _as_model(model)
     if model.tokenizer is None:
         raise ValueError("the model has no tokenizer; ONNX export needs one to name and trace its inputs")
+    if getattr(model, "prompt", None) is not None:
+        raise ValueError(f"pooler {model.pooler_type!r} (a prompt template) cannot be exported to ONNX: the template is "
+                         "inserted into the token ids by Python code the graph would not hold; encode with simcse.SimCSE")
     input_names = [k for k in model.tokenizer.model_input_names if k in ("input_ids", "attention_mask", "token_type_ids")]
     out = Path(output_dir)
     holds_model = (out / "config.json").is_file()  # e.g. the model's own folder: never changed (only onnx/ added)
@@ -146,28 +152,32 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         raise ValueError(f"{str(out)!r} holds another model (config.json) than the one exported; its tokenizer would "
                          "not be this model's: give a new folder or the model's own folder")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".onnx-tmp-", dir=out))
+    tmp = make_temp_folder(out, ".onnx-tmp-")
     try:
-        fp32 = tmp / ONNX_FP32_NAME
-        _export_fp32(model, fp32, input_names, opset)
-        optimized = optimize and _optimize(fp32, model)
-        files = [ONNX_FP32_NAME]
-        if quantize == "int8":
-            quantize_int8(fp32, tmp / ONNX_INT8_NAME)
-            files.append(ONNX_INT8_NAME)
-        meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
-                "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
-                "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
-                "ort_optimized": bool(optimized), "opset": opset,
-                "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
-        (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
-            model.tokenizer.save_pretrained(out)
-            (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
-        dest = out / ONNX_SUBDIR
-        dest.mkdir(exist_ok=True)
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, dest / f.name)
+        with signals_end_the_write():  # a SIGTERM removes the temporary folder too
+            fp32 = tmp / ONNX_FP32_NAME
+            _export_fp32(model, fp32, input_names, opset)
+            optimized = optimize and _optimize(fp32, model)
+            files = [ONNX_FP32_NAME]
+            if quantize == "int8":
+                quantize_int8(fp32, tmp / ONNX_INT8_NAME)
+                files.append(ONNX_INT8_NAME)
+            meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
+                    "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
+                    "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
+                    "ort_optimized": bool(optimized), "opset": opset,
+                    "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
+            if getattr(model, TRAINED_DIMS_KEY, None):  # the sizes it was trained at (SimCSE(..., truncate_dim=))
+                meta[TRAINED_DIMS_KEY] = [int(d) for d in getattr(model, TRAINED_DIMS_KEY)]
+            (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+            if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
+                model.tokenizer.save_pretrained(out)
+                (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
+            dest = out / ONNX_SUBDIR
+            dest.mkdir(exist_ok=True)
+            ordinary_permissions(tmp)  # the files get the mode an ordinary write gives
+            for f in sorted(tmp.iterdir()):
+                os.replace(f, dest / f.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -213,10 +223,14 @@ class ONNXEncoder:
         self.pooler_type = self.meta["pooler_type"]
         self.mlp_only_train = self.meta["mlp_only_train"]
         self.hidden_size = int(self.meta["hidden_size"])
+        self.matryoshka_dims = self.meta.get(TRAINED_DIMS_KEY)  # None for a model trained at its full size only
         self.max_input_tokens = int(self.meta["max_input_tokens"])
         self.input_names = list(self.meta["input_names"])
         self.device = torch.device("cpu")
         self.training = False
+        saved = folder / "simcse_config.json"
+        cfg = json.loads(saved.read_text()) if saved.is_file() else {}
+        self.prompts, self.default_prompt_name = dict(cfg.get("prompts") or {}), cfg.get("default_prompt_name")
 
     def fingerprint(self) -> str:
         """The identity of what this encoder computes (:func:`simcse.models.folder.model_fingerprint`): the fp32
@@ -244,7 +258,8 @@ class ONNXEncoder:
         return self
 
     def encode(self, sentences: list[str], batch_size: int = 64, max_length: int = 128, device=None,
-               show_progress: bool = False, normalize: bool = False, dtype=None) -> np.ndarray:
+               show_progress: bool = False, normalize: bool = False, dtype=None, prompt: str | None = None,
+               prompt_name: str | None = None) -> np.ndarray:
         """Embed ``sentences``; float32 (N, H) in input order (the contract of :meth:`SimCSEModel.encode`).
 
         Tokenisation and batching are the torch encoder's (:meth:`SimCSEModel.encode`): batches cut from the
@@ -260,6 +275,9 @@ class ONNXEncoder:
         from simcse.models.modeling import SimCSEModel
 
         SimCSEModel._check_encode_args(self, sentences, batch_size, max_length)
+        prefix = SimCSEModel.prompt_text(self, prompt, prompt_name)  # the folder's saved prompts, as the torch model
+        if prefix:
+            sentences = [prefix + s for s in sentences]
         if device is not None:
             self.to(device)
         n = len(sentences)

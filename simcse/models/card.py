@@ -24,11 +24,9 @@ RESULT_DATASETS = {
     "STSBenchmark": ("sentence-transformers/stsb", "STS Benchmark"),
     "SICKRelatedness": ("mteb/sickr-sts", "SICK-R"),
 }
-_TRAIN_DATASETS = {"wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
-                   "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse"}
 # keys of the training configuration listed in the card, in order
 CARD_TRAINING_KEYS = (
-    "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
+    "base_model", "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
     "max_seq_length", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps", "seed",
 )
 _POOLER_TEXT = {
@@ -37,6 +35,11 @@ _POOLER_TEXT = {
     "avg": "the attention-masked mean of the last layer",
     "avg_top2": "the attention-masked mean of the average of the last two layers",
     "avg_first_last": "the attention-masked mean of the average of the first and the last layer",
+    "last_token": "the last layer's state of each sentence's last real token",
+    "prompt_mask": "the last-layer state of the [MASK] token of the prompt template wrapped around the sentence "
+                   "(simcse_config.json, `prompt`), through the MLP head",
+    "prompt_mask_before_pooler": "the last-layer state of the [MASK] token of the prompt template wrapped around the "
+                                 "sentence (simcse_config.json, `prompt`; no MLP)",
 }
 _CITATION = """@inproceedings{gao2021simcse,
    title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
@@ -100,6 +103,13 @@ def _usage(pooler: str, name: str, st_ok: bool) -> str:
         hf = "emb = out.pooler_output  # the encoder's pooler holds the SimCSE MLP"
     elif pooler == "cls_before_pooler":
         hf = "emb = out.last_hidden_state[:, 0]"
+    elif pooler == "last_token":
+        hf = ("last = batch[\"attention_mask\"].sum(1) - 1  # right padding\n"
+              "emb = out.last_hidden_state[torch.arange(len(last)), last]")
+    elif pooler.startswith("prompt_mask"):
+        hf = ("# the sentences must first be wrapped in the template of simcse_config.json (\"prompt\"), e.g.\n"
+              "# 'This sentence : \"{sentence}\" means {mask} .' with {mask} = tokenizer.mask_token\n"
+              "emb = out.last_hidden_state[batch[\"input_ids\"] == tokenizer.mask_token_id]")
     else:
         layers = {"avg": "out.last_hidden_state", "avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
                   "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2"}[pooler]
@@ -138,12 +148,20 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
     mlp_note = " (the MLP is used in training only)" if pooler == "cls" and cfg.get("mlp_only_train") else ""
     if pooler == "cls" and cfg.get("mlp_only_train"):
         pooler_text = "the [CLS] vector of the last layer (no MLP)"
+    elif pooler == "prompt_mask" and cfg.get("mlp_only_train"):
+        pooler_text = _POOLER_TEXT["prompt_mask_before_pooler"]
     else:
         pooler_text = _POOLER_TEXT.get(pooler, pooler)
     lines = [f"# {name}", "",
              "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library.", "",
              f"- pooler: `{pooler}`{mlp_note}: the sentence embedding is {pooler_text}",
-             f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine", ""]
+             f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine"]
+    base, data = _base_model(training), _training_data(training)
+    if base:
+        lines.append(f"- base model: [{base}](https://huggingface.co/{base})")
+    if data:
+        lines.append(f"- training data: {data}")
+    lines.append("")
     if results:
         lines += ["## Results", "", "Spearman correlation (x100) of the cosine similarity with the gold scores.", "",
                   "| task | split | Spearman |", "|---|---|---|"]
@@ -154,10 +172,40 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
         lines.append("")
     if training:
         lines += ["## Training configuration", "", "| argument | value |", "|---|---|"]
-        lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None]
+        # a local folder of a base model known by its Hub id (the embedded model's install path) is not shown
+        local_base = training.get("base_model") and _hub_id(training.get("model_name_or_path")) is None
+        lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None
+                  and not (k == "model_name_or_path" and local_base)]
         lines.append("")
     lines += ["## Usage", "", _usage(pooler, name, st_ok), "## Citation", "", "```bibtex", _CITATION, "```", ""]
     return "\n".join(lines)
+
+
+def _base_model(training: dict) -> str | None:
+    """The Hub id of the model training started from: ``training["base_model"]`` (recorded by the trainer, which
+    knows the embedded model's id), else ``model_name_or_path`` when it is a Hub id; None for a local folder."""
+    return training.get("base_model") or _hub_id(training.get("model_name_or_path"))
+
+
+def _hub_dataset(training: dict) -> str | None:
+    """The Hub id of the training dataset (``dataset_name`` when it is one); None for local data."""
+    name = training.get("dataset_name")
+    return _hub_id(name) if name and not Path(str(name)).exists() else None
+
+
+def _training_data(training: dict) -> str | None:
+    """The training data in words: the local file by its name, a local dataset folder by its name, or the Hub
+    dataset by its id (with its config and data files)."""
+    if training.get("train_file"):
+        return f"the local file `{Path(str(training['train_file'])).name}`"
+    name = training.get("dataset_name")
+    if not name:
+        return None
+    hub = _hub_dataset(training)
+    parts = [f"the Hub dataset [{hub}](https://huggingface.co/datasets/{hub})" if hub else
+             f"the local dataset `{Path(str(name)).name}`"]
+    parts += [f"{k} `{training[k]}`" for k in ("dataset_config_name", "dataset_data_files") if training.get(k)]
+    return ", ".join(parts)
 
 
 def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = None, training: dict | None = None,
@@ -168,7 +216,10 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
     Args:
         folder: a saved model folder (``simcse_config.json`` is read when ``simcse_config`` is None).
         training: training arguments (names as in ``scripts/train.py``), saved as ``simcse_training_args.json``;
-            default: that file of the folder when present.
+            default: that file of the folder when present. Its ``base_model`` (a Hub id), when given, is the
+            card's ``base_model``; else ``model_name_or_path`` when that is a Hub id. The training data is
+            named as used: a local ``train_file`` by its file name (no Hub ``datasets`` entry), a Hub
+            ``dataset_name`` by its id (also in ``datasets``).
         results: ``{"STSBenchmark"|"SICKRelatedness": {"dev"|"test": spearman}}``, Spearman as a fraction
             (0.8203); merged over the results already in the card.
         model_name: the title and the id in the usage snippets (default: the folder name).
@@ -198,12 +249,11 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
         (folder / TRAINING_ARGS_NAME).write_text(json.dumps(training, indent=2, default=str) + "\n")
     st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES
     name = model_name or folder.resolve().name
-    train_file = Path(str(training.get("train_file") or "")).name
-    data = ModelCardData(
+    hub_dataset = None if training.get("train_file") else _hub_dataset(training)
+    data = ModelCardData(  # Hub metadata: Hub ids only (a local file or folder is named in the card's text)
         library_name="sentence-transformers" if st_ok else "transformers", pipeline_tag="sentence-similarity",
-        base_model=_hub_id(training.get("model_name_or_path")), license=license, model_name=name,
-        datasets=([_TRAIN_DATASETS[train_file]] if train_file in _TRAIN_DATASETS else
-                  [_hub_id(training.get("dataset_name"))] if _hub_id(training.get("dataset_name")) else None),
+        base_model=_base_model(training), license=license, model_name=name,
+        datasets=[hub_dataset] if hub_dataset else None,
         tags=[CARD_TAG, "sentence-transformers", "sentence-similarity", "feature-extraction"],
         eval_results=_eval_results(merged) or None,
     )
@@ -231,13 +281,15 @@ def results_from_senteval(res: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None) -> Path | None:
+def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None,
+                        base_model: str | None = None) -> Path | None:
     """End of training: write ``simcse_training_args.json`` (the arguments of ``arg_objects``, dataclasses such
     as ``(ModelArguments, DataTrainingArguments, TrainingArguments)``) and the card with the dev Spearman of
-    ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``."""
+    ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``.
+    ``base_model``: the Hub id of the model training started from, when known (recorded as ``base_model``)."""
     import dataclasses
 
-    training: dict = {}
+    training: dict = {"base_model": base_model} if base_model else {}
     for obj in arg_objects:
         for f in dataclasses.fields(obj):
             v = getattr(obj, f.name)

@@ -25,9 +25,11 @@ from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
-from simcse.models.pooling import get_pooler, recorded_pooler
+from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
+from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.st_files import write_sentence_transformers_files
+from simcse.models.truncation import TRAINED_DIMS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ TRAIN_COMMAND_NAME = "simcse_train_command.txt"  # in a training checkpoint-N: t
 
 FORMAT_VERSION = 1
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.safetensors")
 
 def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """True when ``path`` is a local folder (checked for weights); False for a hub name.
@@ -168,6 +170,13 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
                          "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
     import pickle
 
+    if _is_adapter_folder(path):  # LoRA adapter + base reference (simcse.models.lora)
+        from simcse.models.lora import load_lora_encoder
+
+        cfg = SavedFolder.read_simcse_config(path) or {}
+        overrides = {"is_causal": False} if cfg.get("bidirectional") else {}
+        with quiet_transformers_bars():
+            return load_lora_encoder(path, overrides, **{k: v for k, v in kwargs.items() if k != "weights_only"}), None
     try:
         with quiet_transformers_bars():
             encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
@@ -183,6 +192,12 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
         return encoder, None
     encoder.pooler = None
     return encoder, hf_pooler
+
+
+def _is_adapter_folder(path) -> bool:
+    """A local folder holding a LoRA adapter (``adapter_config.json``) instead of full encoder weights."""
+    p = Path(path)
+    return (p / "adapter_config.json").is_file() and not any((p / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
 
 
 def _refuse_pickle(path: str, e: Exception) -> None:
@@ -235,62 +250,38 @@ def _pooler_dense(hf_pooler) -> nn.Linear | None:
     return dense if isinstance(dense, nn.Linear) else None
 
 
-def model_fingerprint(model) -> str:
-    """What a model computes, as ``"sha256:<hex>"``: the one identity of a model for every record that ties
-    vectors to the model that made them (shard runs of ``simcse encode``, indexes built from shards, saved
-    indexes).
-
-    It hashes the content, not the location: every weight tensor and buffer that encoding uses (name, dtype,
-    shape, bytes, in name order; not an MLM head, nor the MLP of an ``mlp_only_train`` model), the pooler, ``mlp_only_train`` and the tokenizer's class and vocabulary. So the same folder
-    spelled ``./model`` or by its absolute path, or copied elsewhere, has one fingerprint, and a model
-    retrained in place into the same folder has another. Cost: one SHA-256 pass over the weights (the
-    ``SimCSE`` tool computes it once, when first needed). An object with its own ``fingerprint()`` (the ONNX
-    encoder) gives that.
-
-    Args:
-        model: a :class:`simcse.SimCSEModel` (any ``nn.Module`` with ``pooler_type``) or an object with a
-            ``fingerprint()`` method.
-
-    Raises:
-        TypeError: ``model`` is neither.
-    """
-    import hashlib
-
-    own = getattr(model, "fingerprint", None)
-    if callable(own):
-        return own()
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model_fingerprint takes a SimCSEModel, got {type(model).__name__}")
-    h = hashlib.sha256()
-    h.update(json.dumps({"pooler_type": getattr(model, "pooler_type", None),
-                         "mlp_only_train": bool(getattr(model, "mlp_only_train", False))}, sort_keys=True).encode())
-    state = model.state_dict()
-    unused = ("mlm_head.",) + (("mlp.",) if getattr(model, "mlp_only_train", False) else ())  # not in encode()
-    for name in sorted(k for k in state if not k.startswith(unused)):
-        t = state[name].detach()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-    tok = getattr(model, "tokenizer", None)
-    if tok is not None:
-        h.update(type(tok).__name__.encode())
-        h.update(json.dumps(sorted(tok.get_vocab().items())).encode("utf-8", "surrogatepass"))
-    return "sha256:" + h.hexdigest()
-
-
 class SavedFolder:
     """save_pretrained / from_pretrained / load_weights of :class:`simcse.SimCSEModel` (see the module)."""
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
-        return {
+        """``simcse_config.json``: format version, pooler, MLP flag, hidden size, and ``matryoshka_dims`` (the
+        embedding sizes a ``--loss matryoshka`` run trained, high to low) when the model has them."""
+        from simcse.models.decoder import is_bidirectional, is_decoder_config
+
+        cfg = {
             "format_version": FORMAT_VERSION,
             "pooler_type": self.pooler_type,
             "mlp_only_train": self.mlp_only_train,
             "hidden_size": self.hidden_size,
+            **({"prompt": self.prompt.to_dict()} if getattr(self, "prompt", None) is not None else {}),
         }
+        encoder_config = getattr(self.encoder, "config", None)
+        if encoder_config is not None and is_decoder_config(encoder_config):  # decoder LLMs: the attention used
+            cfg["bidirectional"] = is_bidirectional(encoder_config)
+        from simcse.models.lora import is_lora
+
+        if is_lora(self.encoder) and not getattr(self, "_merging_lora", False):
+            cfg["lora_adapter"] = True  # the folder holds an adapter over base_model_name_or_path
+        if getattr(self, "prompts", None):
+            cfg["prompts"] = dict(self.prompts)
+            cfg["default_prompt_name"] = self.default_prompt_name
+        if getattr(self, TRAINED_DIMS_KEY, None):
+            cfg[TRAINED_DIMS_KEY] = [int(d) for d in getattr(self, TRAINED_DIMS_KEY)]
+        return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
-                        is_main_process: bool = True) -> None:
+                        is_main_process: bool = True, merge_lora: bool = False) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
         sentence-transformers module files (:func:`simcse.models.st_files.write_sentence_transformers_files`) and the
         model card ``README.md`` (:func:`simcse.models.card.write_model_card`).
@@ -299,12 +290,15 @@ class SavedFolder:
         rename each (:func:`simcse.files.storage.atomic_folder`), so an interrupted save never leaves a half-written
         weight file in place; a failed write raises :class:`simcse.files.storage.WriteError`. With
         ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
-        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written.
+        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written. An encoder with LoRA
+        adapters (:mod:`simcse.models.lora`) is written as its adapter and base reference, or with ``merge_lora``
+        as merged full weights.
         """
         from safetensors.torch import save_file
 
         if not is_main_process:
             return
+        self._merging_lora = bool(merge_lora)
         with atomic_folder(save_directory, "the model") as tmp:
             self._save_encoder(tmp)
             if self.tokenizer is not None:
@@ -330,6 +324,15 @@ class SavedFolder:
         return out
 
     def _save_encoder(self, folder: Path) -> None:
+        from simcse.models.lora import is_lora, merged_copy
+
+        if is_lora(self.encoder):
+            with quiet_transformers_bars():
+                if getattr(self, "_merging_lora", False):
+                    merged_copy(self.encoder).save_pretrained(folder, safe_serialization=True)
+                else:
+                    self.encoder.save_pretrained(folder)  # adapter_config.json + adapter_model.safetensors
+            return
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
         # has an MLP of the same shape, the pooler holds the MLP, so HF's ``pooler_output`` equals our ``cls``.
         hf_pooler = self._hf_pooler[0] if self._hf_pooler else None
@@ -371,6 +374,7 @@ class SavedFolder:
         mlp_only_train: bool | None = None,
         new_mlp_init: str = "encoder_pooler",
         trust_remote_code: bool = False,
+        prompt: dict | None = None,
         **hf_kwargs,
     ) -> "SavedFolder":
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, a folder written by the
@@ -390,6 +394,8 @@ class SavedFolder:
                 encoder's own pretrained pooler (BERT's, as the reference evaluation's ``pooler_output``),
                 ``"random"`` draws N(0, initializer_range) like the reference trainer's fresh ``MLPLayer``.
             trust_remote_code: passed to transformers; off by default.
+            prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig`
+                dict); default: the one the folder records.
             hf_kwargs: more ``AutoModel.from_pretrained`` options (``dtype``, ``attn_implementation``...).
 
         Raises:
@@ -416,7 +422,12 @@ class SavedFolder:
         hf_dense = _pooler_dense(hf_pooler)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
                                                   **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
-        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler)
+        if prompt is None and cfg is not None and pooler_type in PROMPT_POOLERS:
+            prompt = cfg.get("prompt")
+        model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler,
+                    prompt=prompt)
+        if cfg is not None and cfg.get(TRAINED_DIMS_KEY):
+            setattr(model, TRAINED_DIMS_KEY, [int(d) for d in cfg[TRAINED_DIMS_KEY]])
         if model.mlp is not None:
             mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():
@@ -430,6 +441,8 @@ class SavedFolder:
                 model.mlp.dense.load_state_dict(hf_dense.state_dict())
             elif new_mlp_init == "encoder_pooler" and not mlp_only_train:
                 logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
+        if cfg is not None and cfg.get("prompts"):
+            model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
         return model
 
     @staticmethod

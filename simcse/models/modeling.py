@@ -25,7 +25,8 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
 from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
                                   quiet_transformers_bars)
 from simcse.models.inference import Encoding
-from simcse.models.pooling import MLPHead, get_pooler
+from simcse.models.pooling import PROMPT_POOLERS, MLPHead, get_pooler
+from simcse.models.prompt import PromptConfig, Prompting, prompt_forward
 from simcse.models.unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class SimCSEModel(SavedFolder, Encoding, nn.Module):
+class SimCSEModel(SavedFolder, Encoding, Prompting, nn.Module):
     """Encoder + pooler mapping token ids to sentence embeddings.
 
     Args:
@@ -48,13 +49,17 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
         tokenizer: the matching HF tokenizer (needed by :meth:`encode` and saved by :meth:`save_pretrained`);
             its ``padding_side`` is set to ``"right"`` (a left-padding tokenizer would move [CLS] and shift
             absolute positions with the batch's longest sentence).
+        prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig` or
+            its dict); may be set later with :meth:`set_prompt` (a ``prompt_mask`` model without one cannot encode).
 
     ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
     """
 
     def __init__(self, encoder: nn.Module, pooler_type: str = "cls", mlp_only_train: bool = False, tokenizer=None,
-                 hf_pooler: nn.Module | None = None):
+                 hf_pooler: nn.Module | None = None, prompt: PromptConfig | dict | None = None):
         super().__init__()
+        self.prompt: PromptConfig | None = None
+        self._bound = None
         # The encoder's own pooler, detached (see _load_encoder); kept in a list so it is not a submodule.
         self._hf_pooler = [hf_pooler] if hf_pooler is not None else []
         self.pooler = get_pooler(pooler_type)
@@ -75,6 +80,8 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
             nn.init.normal_(self.mlp.dense.weight, mean=0.0, std=std)
             nn.init.zeros_(self.mlp.dense.bias)
             self.mlp.to(dtype=next(encoder.parameters()).dtype)
+        if prompt is not None:
+            self.set_prompt(prompt)
 
     def attach_mlm_head(self, path: str, trust_remote_code: bool = False) -> None:
         """Load the masked-LM head of checkpoint ``path`` for the auxiliary MLM loss (Appendix D).
@@ -122,8 +129,8 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
     def inference_pooler(self) -> str:
         """What :meth:`encode` (eval mode) computes: ``cls_before_pooler`` for a ``cls`` model trained with
         ``mlp_only_train`` (the MLP is used in training only, paper Section 3), else :attr:`pooler_type`."""
-        if self.pooler_type == "cls" and self.mlp_only_train:
-            return "cls_before_pooler"
+        if self.pooler_type in ("cls", "prompt_mask") and self.mlp_only_train:
+            return f"{self.pooler_type}_before_pooler"
         return self.pooler_type
 
     @property
@@ -141,6 +148,8 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
         tok_max = getattr(self.tokenizer, "model_max_length", None)
         if isinstance(tok_max, int) and 0 < tok_max < cap:
             cap = tok_max
+        if self.prompt is not None and self.tokenizer is not None:  # room for the template's tokens
+            cap -= max(b.extra_tokens for b in self.bound_prompts())
         return max(1, cap)
 
     @property
@@ -153,8 +162,13 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
 
         Extra keyword tensors the tokenizer produced (e.g. ``token_type_ids`` (N, L)) go to the encoder.
         With :meth:`set_unpadded` on, the encoder runs on the real tokens only (same result, less work).
+        A ``prompt_mask`` model wraps the rows in its template (:func:`simcse.models.prompt.prompt_forward`) and
+        also takes (B, V, L) views, returning (B, V, H).
         """
-        if self.unpadded and attention_mask is not None:
+        if self.pooler.name in PROMPT_POOLERS:
+            self.bound_prompts()  # the error for a missing template
+            pooled = prompt_forward(self, input_ids, attention_mask)
+        elif self.unpadded and attention_mask is not None:
             last, hidden = self._encode_unpadded(input_ids, attention_mask, **encoder_kwargs)
         else:
             out = self.encoder(
@@ -165,10 +179,42 @@ class SimCSEModel(SavedFolder, Encoding, nn.Module):
                 **encoder_kwargs,
             )
             last, hidden = out.last_hidden_state, out.hidden_states
-        pooled = self.pooler.fn(last, attention_mask, hidden)  # (N, H)
+        if self.pooler.name not in PROMPT_POOLERS:
+            pooled = self.pooler.fn(last, attention_mask, hidden)  # (N, H)
         if self.mlp is not None and (self.training or not self.mlp_only_train):
             pooled = self.mlp(pooled)
         return pooled
+
+    def layer_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int],
+                         **encoder_kwargs) -> torch.Tensor:
+        """Sentence embeddings read at intermediate layers: (N, L) ids/mask -> (N, len(layers), H).
+
+        ``layers`` index the encoder's ``hidden_states`` (0 the embedding output, ``n_layers`` the last layer).
+        Each layer's token states go through this model's pooler (and, as in :meth:`forward`, the ``cls`` MLP
+        while training), as sentence-transformers' ``AdaptiveLayerLoss`` pools every layer with the model's
+        Pooling module. One encoder pass (padded, ``output_hidden_states``), with gradients.
+
+        Raises:
+            ValueError: a layer outside ``0..n_layers``.
+        """
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                           return_dict=True, **encoder_kwargs)
+        hidden = out.hidden_states
+        bad = [i for i in layers if not 0 <= i < len(hidden)]
+        if bad:
+            raise ValueError(f"layers {bad} outside the encoder's hidden states 0..{len(hidden) - 1}")
+        pooled = []
+        for i in layers:
+            p = self.pooler.fn(hidden[i], attention_mask, hidden)
+            if self.mlp is not None and (self.training or not self.mlp_only_train):
+                p = self.mlp(p)
+            pooled.append(p)
+        return torch.stack(pooled, dim=1)
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """The encoder's transformer layers (its ``hidden_states`` count is one more)."""
+        return int(self.encoder.config.num_hidden_layers)
 
     # ------------------------------------------------------------------------- activation checkpointing
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,

@@ -15,6 +15,13 @@ reference implementation (``models.py: Pooler``):
 * ``avg_first_last``: masked mean of the average of the *first transformer layer's output*
   (``hidden_states[1]``; ``hidden_states[0]`` is the embedding layer and is not used) and the last layer.
   This is the reference code's ``avg_first_last`` after its fix.
+* ``last_token``: the last-layer state of each sentence's last real token (the position of the last 1 of the
+  attention mask, so right and left padding give the same vector): the pooler of decoder LLM embedders
+  (E5-mistral, GTE-Qwen; sentence-transformers' ``pooling_mode_lasttoken``), whose last token has attended to
+  the whole sentence under causal attention.
+* ``prompt_mask`` / ``prompt_mask_before_pooler``: the last-layer state of the ``[MASK]`` token of a prompt
+  template wrapped around the sentence (PromptBERT; :mod:`simcse.models.prompt`), with / without the MLP head
+  (like ``cls`` / ``cls_before_pooler``).
 * ``avg_first_last_embeddings``: masked mean of the average of the *embedding layer's output*
   (``hidden_states[0]``) and the last layer: what the paper's printed "first-last avg." rows (Tables 1, 6 and
   the BERT/RoBERTa baselines of Table 5) computed, per the reference README's note on that bug.
@@ -66,6 +73,14 @@ def _avg(last_hidden, attention_mask, hidden_states):
     return _masked_mean(last_hidden, attention_mask)
 
 
+@_register("last_token")
+def _last_token(last_hidden, attention_mask, hidden_states):
+    # index of the last 1 of each row of the mask: argmax of position * mask (ties impossible: positions grow)
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (positions * attention_mask.to(positions.dtype)).argmax(dim=1)  # (N,)
+    return last_hidden[torch.arange(last_hidden.shape[0], device=last_hidden.device), last]  # (N, H)
+
+
 @_register("avg_top2", needs_hidden_states=True)
 def _avg_top2(last_hidden, attention_mask, hidden_states):
     return _masked_mean((hidden_states[-1] + hidden_states[-2]) / 2.0, attention_mask)
@@ -79,6 +94,17 @@ def _avg_first_last(last_hidden, attention_mask, hidden_states):
 @_register("avg_first_last_embeddings", needs_hidden_states=True)
 def _avg_first_last_embeddings(last_hidden, attention_mask, hidden_states):
     return _masked_mean((hidden_states[0] + hidden_states[-1]) / 2.0, attention_mask)
+
+
+PROMPT_POOLERS = ("prompt_mask", "prompt_mask_before_pooler")
+
+
+@_register("prompt_mask", uses_mlp=True)
+@_register("prompt_mask_before_pooler")
+def _prompt_mask(last_hidden, attention_mask, hidden_states):
+    # The [MASK] state of a prompt template: SimCSEModel computes it (simcse.models.prompt.prompt_forward), as
+    # the template is inserted into the token ids before the encoder runs.
+    raise ValueError("the prompt_mask poolers need the model's prompt template; use SimCSEModel (set_prompt)")
 
 
 def get_pooler(name: str) -> Pooler:
@@ -147,7 +173,8 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
         return None
     modes = {k for k, v in pcfg.items() if k.startswith("pooling_mode_") and v is True}
     name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
-            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler"}.get(frozenset(modes))
+            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler",
+            frozenset({"pooling_mode_lasttoken"}): "last_token"}.get(frozenset(modes))
     return (name, str(pcfg_file)) if name else None
 
 
@@ -184,10 +211,8 @@ def pooler_to_use(folder, requested: str | None, option: str = "pooler",
         return requested, None
     if requested is None or requested in _agreeing_poolers(folder, rec[0]):
         return rec[0], rec
-    asked = f"{option} {requested}" if option.startswith("--") else f"{option}={requested!r}"
-    drop = f"drop {option}" if option.startswith("--") else f"drop {option}="
-    raise ValueError(f"{asked} differs from the pooler {str(folder)!r} records ({rec[0]!r}, in {rec[1]}); {drop} "
-                     f"to use it ({override_hint})")
+    check_pooler_agrees(requested, rec[0], repr(str(folder)), option=option, where=rec[1],
+                        fix=f"{_drop(option)} to use it ({override_hint})")
 
 
 def _agreeing_poolers(folder, recorded: str) -> set[str]:
@@ -197,6 +222,39 @@ def _agreeing_poolers(folder, recorded: str) -> set[str]:
 
     names = {recorded}
     cfg = Path(folder) / "simcse_config.json"
-    if recorded == "cls" and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
-        names.add("cls_before_pooler")
+    if recorded in ("cls", "prompt_mask") and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
+        names.add(f"{recorded}_before_pooler")
     return names
+
+
+def _drop(option: str) -> str:
+    return f"drop {option}" if option.startswith("--") else f"drop {option}="
+
+
+def check_pooler_agrees(requested: str | None, recorded: str | None, source: str, *, option: str = "pooler",
+                        where: str | None = None, agreeing=(), fix: str | None = None) -> None:
+    """The one pooler-agreement check and message of every surface (the tool, ``simcse encode/index/search/serve``,
+    the evaluator, export, the index and shard folders): vectors encoded with another pooler than the one a
+    model, graph, index or shard folder records would be compared wrongly, so a mismatch is an error.
+
+    Args:
+        requested: the pooler asked for or in use (None: nothing to check).
+        recorded: the pooler ``source`` records (None: nothing to check).
+        source: what records it, as said in the message (``"'path/to/model'"``, ``"the index"``, ...).
+        option: how the caller spells the setting: ``"--pooler"`` (``--pooler avg``) or ``"pooler"``
+            (``pooler='avg'``).
+        where: the file that records it, named in the message.
+        agreeing: other names that encode like ``recorded`` (e.g. ``cls_before_pooler`` for an ``mlp_only_train``
+            ``cls`` model).
+        fix: what to do, said after the semicolon (default: drop the option to use the recorded pooler).
+
+    Raises:
+        ValueError: ``{option} {requested} differs from the pooler {source} records ({recorded}[, in {where}]);
+            {fix}``, one line.
+    """
+    if requested is None or recorded is None or requested == recorded or requested in agreeing:
+        return
+    asked = f"{option} {requested}" if option.startswith("--") else f"{option}={requested!r}"
+    in_file = f", in {where}" if where else ""
+    raise ValueError(f"{asked} differs from the pooler {source} records ({recorded!r}{in_file}); "
+                     f"{fix or _drop(option) + ' to use it'}")

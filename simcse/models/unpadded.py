@@ -212,12 +212,13 @@ def encode_unpadded(encoder, input_ids: torch.Tensor, attention_mask: torch.Tens
     """Run ``encoder`` on the real tokens of a padded (N, L) batch, packed as one (1, T) row.
 
     The encoder's config must name :data:`UNPADDED_ATTENTION` (registered by :func:`register_unpadded_attention`).
-    Position ids are those the padded batch would get; token-level keyword tensors (N, L) are packed the
+    Position ids are those the padded batch would get (or ``position_ids`` (N, L) when given); token-level keyword tensors (N, L) are packed the
     same way; attention sees one sentence at a time (:func:`_unpadded_sdpa`). Returns the last hidden state
     (N, L, H) and the hidden states (tuple or None), zero at padding positions (poolers mask them anyway).
     """
     rows, width = input_ids.shape
     keep = attention_mask.bool()
+    positions = encoder_kwargs.pop("position_ids", None)  # (N, L) to use instead of the padded batch's own
     flat = keep.reshape(-1).nonzero().squeeze(1)  # (T,) positions of real tokens in the flattened batch
 
     def pack(t: torch.Tensor) -> torch.Tensor:  # (N, L) -> (1, T)
@@ -226,7 +227,7 @@ def encode_unpadded(encoder, input_ids: torch.Tensor, attention_mask: torch.Tens
     extra = {k: pack(v) if torch.is_tensor(v) and v.shape == input_ids.shape else v for k, v in encoder_kwargs.items()}
     out = encoder(
         input_ids=pack(input_ids),
-        position_ids=pack(_padded_position_ids(encoder, input_ids)),
+        position_ids=pack(_padded_position_ids(encoder, input_ids) if positions is None else positions),
         attention_mask=None,
         output_hidden_states=output_hidden_states,
         return_dict=True,

@@ -71,7 +71,8 @@ def _tool(args, model: str):
     from simcse.retrieval.tool import SimCSE
 
     try:
-        return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length)
+        return SimCSE(model, device=args.device, pooler=args.pooler, max_length=args.max_length,
+                      truncate_dim=getattr(args, "truncate_dim", None))
     except FileNotFoundError:
         raise
     except OSError as e:  # e.g. a hub name with HF_HUB_OFFLINE=1 or no network: HF's message spans lines
@@ -106,8 +107,8 @@ def cmd_encode_shards(args) -> int:
     tool = _tool(args, args.model)
     model_ref = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     settings = {"model": model_ref, "model_fingerprint": tool.model_fingerprint, "pooler": tool.pooler,
-                "hidden_size": tool.hidden_size,
-                "normalize": not args.no_normalize, "max_length": args.max_length,
+                "hidden_size": tool.hidden_size, "truncate_dim": tool.truncate_dim,
+                "normalize": not args.no_normalize, "max_length": tool.max_length,
                 "compute_dtype": "bfloat16" if args.bf16 else "float32"}
 
     def encode(texts):
@@ -213,9 +214,10 @@ def cmd_search(args) -> int:
         queries += _read_lines(args.query_file, skip_blank=True)
     if not queries:
         raise UsageError("give at least one --query or a --query-file")
-    from simcse.retrieval.lifecycle import model_for_index
+    from simcse.retrieval.lifecycle import model_for_index, truncate_dim_for_index
 
-    model, args.pooler = model_for_index(args.index, args.model, args.pooler)
+    model, args.pooler = model_for_index(args.index, args.model, args.pooler, args.max_length)
+    args.truncate_dim = truncate_dim_for_index(args.index, args.truncate_dim)
     tool = _tool(args, model)
     tool.load_index(args.index)
     results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,

@@ -20,10 +20,11 @@ import torch
 
 from simcse.files.dataset_source import DatasetRef
 from simcse.files.inputs import check_sentences, iter_sentences
-from simcse.files.storage import writing
+from simcse.files.storage import make_temp_folder, ordinary_permissions, writing
 from simcse.retrieval.index import INDEX_CONFIG_NAME, KIND_ALIASES, load_index, make_index
 from simcse.retrieval.scoring import search_index
-from simcse.retrieval.shards import ShardSet, index_from_shards, is_shard_folder
+from simcse.models.pooling import check_pooler_agrees
+from simcse.retrieval.shards import MANIFEST_NAME as SHARD_MANIFEST, ShardSet, index_from_shards, is_shard_folder
 from simcse.retrieval.store import SentenceStore, is_store
 
 TOOL_META_NAME = "simcse_index.json"
@@ -41,14 +42,18 @@ def _chunks(it, size: int) -> Iterator[list]:
         yield buf
 
 
+SEARCH_THRESHOLD = 0.6  # search()'s default minimum cosine: the reference tool's SimCSE.search default (simcse search too)
+
+
 def _replace_folder(folder: Path, write) -> None:
     """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
     folder = Path(folder)
     check_index_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tmp = make_temp_folder(folder.parent, f".{folder.name}.tmp-")  # published with an ordinary folder's mode
     try:
         write(tmp)
+        ordinary_permissions(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -100,9 +105,7 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
     """
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     rec_model, rec_pooler = meta.get("model_name_or_path") or None, meta.get("pooler")
-    if pooler is not None and rec_pooler is not None and pooler != rec_pooler:
-        raise ValueError(f"--pooler {pooler} differs from the pooler the index was built with ({rec_pooler}, "
-                         f"{meta_file}); drop --pooler to use it")
+    check_pooler_agrees(pooler, rec_pooler, "the index", option="--pooler", where=str(meta_file))
     if model is None:
         if rec_model is None:
             raise ValueError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
@@ -115,20 +118,63 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
     return model, pooler if pooler is not None else rec_pooler
 
 
-def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+def model_for_index(index: str, model: str | None, pooler: str | None,
+                    max_length: int | None = None) -> tuple[str, str | None]:
     """(model, pooler) to query the index folder ``index`` with: the recorded ones unless given (see
-    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded.
+    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded, and
+    that an explicit ``max_length`` (``--max-length``) is the one the index records (the tool applies the record
+    when none is given: :meth:`IndexLifecycle.load_index`).
 
     Raises:
-        ValueError: no model given or recorded; a given model/pooler that differs from the recorded one;
-            ``index`` is not a saved index.
+        ValueError: no model given or recorded; a given model/pooler/max_length that differs from the recorded
+            one; ``index`` is not a saved index.
     """
     if not Path(index).is_dir():
         raise ValueError(f"--index {index!r} is not a folder: expected a folder written by 'simcse index'")
-    model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
+    meta_file = Path(index) / TOOL_META_NAME
+    recorded = json.loads(meta_file.read_text()).get("max_length") if meta_file.is_file() else None
+    if max_length is not None and recorded is not None and max_length != recorded:
+        raise ValueError(f"--max-length {max_length} differs from the max length the index was encoded with "
+                         f"({recorded}, {meta_file}); drop --max-length to use it")
+    model, pooler = _recorded_model_and_pooler(meta_file, model, pooler)
     if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
         raise ValueError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
     return model, pooler
+
+
+def truncate_dim_for_index(index: str, truncate_dim: int | None) -> int | None:
+    """The ``truncate_dim`` to query the index folder ``index`` with: the one it was built at unless given;
+    read before any model is loaded.
+
+    Raises:
+        ValueError: a given ``truncate_dim`` other than the size the index was built at (naming both).
+    """
+    meta_file = Path(index) / TOOL_META_NAME
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    built, size = meta.get("truncate_dim"), meta.get("hidden_size")
+    if truncate_dim is None:
+        return built
+    if size is not None and truncate_dim != size:
+        how = f"--truncate_dim {built}" if built else "the model's full size"
+        raise ValueError(f"--truncate_dim {truncate_dim} does not match the {size} dimensions the index {index} was "
+                         f"built at ({how}): drop --truncate_dim or use {size}")
+    return truncate_dim
+
+
+def check_vector_size(tool, dim: int, what: str) -> None:
+    """Refuse stored vectors of another size than ``tool`` (a :class:`simcse.SimCSE`) makes (``what``: "index
+    out/ holds").
+
+    Raises:
+        ValueError: the sizes differ (naming ``truncate_dim``, the size to load the model with).
+    """
+    if dim == tool.hidden_size:
+        return
+    full = tool.model.hidden_size
+    have = f"truncate_dim={tool.truncate_dim}" if getattr(tool, "truncate_dim", None) else f"its full {full}"
+    hint = (f"; if they were made with truncate_dim, load the model with truncate_dim={dim}" if dim < full
+            else "; load the model without truncate_dim" if dim == full else "")
+    raise ValueError(f"{what} {dim}-d vectors; this model makes {tool.hidden_size}-d ones ({have}){hint}")
 
 
 def _check_fast_and_kind(faiss_fast: bool, kind: str | None) -> None:
@@ -138,7 +184,67 @@ def _check_fast_and_kind(faiss_fast: bool, kind: str | None) -> None:
                          "of them")
 
 
-class IndexLifecycle:
+class IndexIdentity:
+    """What ties an index's vectors to the encoding that made them, checked by :class:`IndexLifecycle`: the model
+    (:func:`simcse.models.folder.model_fingerprint`, earlier records' fingerprint accepted) and the ``max_length``
+    the vectors were encoded with (recorded, applied on load, one per index)."""
+
+    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
+        """ValueError unless the model that made some stored vectors is this tool's model: compared by
+        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
+        both folders exist. Queries encoded by another model would search vectors they do not match."""
+        if recorded_fingerprint is not None:
+            if recorded_fingerprint == self.model_fingerprint or recorded_fingerprint == self._legacy_fingerprint():
+                return
+        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
+                  and Path(self.model_name_or_path).exists()
+                  and not same_model_path(self.model_name_or_path, recorded_model)):
+            return
+        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
+        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
+        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
+                         "of another model: load that model, or encode the corpus again with this one")
+
+    def _effective_max_length(self, max_length: int) -> int:
+        """The truncation an encode with ``max_length`` applies (capped at the model's input limit)."""
+        return min(int(max_length), int(getattr(self.model, "max_input_tokens", max_length)))
+
+    def _check_index_max_length(self) -> None:
+        """Record the tool's max_length for a new index; ValueError when vectors of an index encoded with
+        another one would be mixed with this tool's (one index, one encoding)."""
+        mine = self._effective_max_length(self.max_length)
+        if self.index.ntotal == 0 or self._index_max_length is None and self._index_folder is None:
+            self._index_max_length = mine
+        elif self._index_max_length is not None and self._index_max_length != mine:
+            raise ValueError(f"the index was encoded with max_length {self._index_max_length}; this tool now encodes "
+                             f"with max_length {self.max_length}: set it back before adding to the index")
+
+    def _legacy_fingerprint(self) -> str | None:
+        """The fingerprint earlier versions recorded for this model (without the tokenizer's settings), so that
+        their indexes and shards still load; None for a model with its own fingerprint (ONNX)."""
+        from simcse.models.folder import model_fingerprint
+
+        return None if callable(getattr(self.model, "fingerprint", None)) else model_fingerprint(self.model, legacy=True)
+
+    def _recorded_max_length(self, recorded: int | None, folder: Path) -> int | None:
+        """Apply the ``max_length`` an index (or the shards it is built from) records (None: saved before it was
+        recorded): the tool's queries are then cut as the indexed sentences were. Returns the effective value.
+
+        Raises:
+            ValueError: the tool was given another ``max_length`` explicitly.
+        """
+        if recorded is None:
+            return None
+        recorded = self._effective_max_length(recorded)
+        if self._max_length_given and self._effective_max_length(self.max_length) != recorded:
+            raise ValueError(f"{folder} was encoded with max_length {recorded}, this tool encodes with "
+                             f"max_length {self.max_length}: its queries would be cut otherwise than the indexed "
+                             f"sentences; leave max_length unset (or give {recorded}) to search it")
+        self.max_length = recorded  # queries encoded as the indexed sentences were
+        return recorded
+
+
+class IndexLifecycle(IndexIdentity):
     """build_index / add_to_index / search / save_index / load_index of :class:`simcse.SimCSE` (see the module)."""
 
     index = None
@@ -193,45 +299,32 @@ class IndexLifecycle:
             return
         index = make_index(self.hidden_size, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         old = self.index, self.sentences
-        self.index, self.sentences, self._index_folder = index, [], None
+        old = old + (self._index_max_length,)
+        self.index, self.sentences, self._index_folder, self._index_max_length = index, [], None, None
         try:
             self.add_to_index(sentences_or_file_path, device, batch_size, column=column, chunk_size=chunk_size,
                               show_progress=show_progress)
             self.index.finalize()  # an IVF index with no vector cannot be trained: ValueError, the old index stays
         except BaseException:
-            self.index, self.sentences = old
+            self.index, self.sentences, self._index_max_length = old
             raise
 
     def _build_index_from_shards(self, folder: Path, use_faiss, faiss_fast, index_kwargs) -> None:
         shards = ShardSet(folder)
-        if shards.hidden_size != self.hidden_size:
-            raise ValueError(f"{folder} holds {shards.hidden_size}-d vectors; this model makes {self.hidden_size}-d ones")
-        if shards.manifest.get("pooler") not in (None, self.pooler):
-            raise ValueError(f"{folder} was encoded with pooler {shards.manifest['pooler']!r} but this model uses "
-                             f"{self.pooler!r}: load the model with pooler={shards.manifest['pooler']!r}")
+        check_vector_size(self, shards.hidden_size, f"{folder} holds")
+        recorded = shards.manifest.get("pooler")
+        check_pooler_agrees(self.pooler, recorded, f"the shards in {folder}", where=SHARD_MANIFEST,
+                            fix=f"load the model with pooler={recorded!r} to use them")
         self._check_same_model(shards.manifest.get("model_fingerprint"), shards.manifest.get("model"),
                                f"the shards in {folder} were encoded by")
+        recorded = shards.manifest.get("max_length")
+        self._recorded_max_length(recorded, folder)  # before the (long) build: another explicit one is refused
         index = index_from_shards(shards, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         store = SentenceStore.temporary()
         for chunk in _chunks(shards.iter_sentences(), 100_000):
             store.extend(chunk)
         self.index, self.sentences, self._index_folder = index, store, None
-
-    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
-        """ValueError unless the model that made some stored vectors is this tool's model: compared by
-        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
-        both folders exist. Queries encoded by another model would search vectors they do not match."""
-        if recorded_fingerprint is not None:
-            if recorded_fingerprint == self.model_fingerprint:
-                return
-        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
-                  and Path(self.model_name_or_path).exists()
-                  and not same_model_path(self.model_name_or_path, recorded_model)):
-            return
-        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
-        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
-        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
-                         "of another model: load that model, or encode the corpus again with this one")
+        self._index_max_length = self._recorded_max_length(recorded, folder)
 
     def _writable_sentences(self):
         """The sentence store to append to: a new temporary one (with the current sentences copied in)
@@ -271,6 +364,7 @@ class IndexLifecycle:
             source, total = iter(items), len(items)
         if self.index is None:
             self.index = make_index(self.hidden_size)
+        self._check_index_max_length()
         if show_progress is None:
             show_progress = sys.stderr.isatty()
         bar = None
@@ -293,7 +387,7 @@ class IndexLifecycle:
                 bar.close()
         return added
 
-    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = 0.6,
+    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = SEARCH_THRESHOLD,
                top_k: int = 5, **encode_kwargs) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
         """The indexed sentences most similar to each query (the reference's ``search``, same parameter order).
 
@@ -364,7 +458,9 @@ class IndexLifecycle:
         if model_ref and Path(model_ref).exists():
             model_ref = str(Path(model_ref).resolve())
         meta = {"model_name_or_path": model_ref, "model_fingerprint": self.model_fingerprint, "pooler": self.pooler,
-                "hidden_size": self.hidden_size, "num_sentences": len(self.sentences)}
+                "hidden_size": self.hidden_size, "truncate_dim": getattr(self, "truncate_dim", None),
+                "num_sentences": len(self.sentences),
+                "max_length": self._index_max_length}  # what its vectors were encoded with: applied on load
 
         def write(tmp: Path) -> None:
             self.index.save(tmp)
@@ -394,8 +490,7 @@ class IndexLifecycle:
         """
         folder = Path(folder)
         index = load_index(folder)
-        if index.dim != self.hidden_size:
-            raise ValueError(f"index {folder} holds {index.dim}-d vectors; this model makes {self.hidden_size}-d ones")
+        check_vector_size(self, index.dim, f"index {folder} holds")
         sents_file = folder / SENTENCES_NAME
         if is_store(folder):
             sentences = SentenceStore(folder)
@@ -409,10 +504,10 @@ class IndexLifecycle:
         meta_file = folder / TOOL_META_NAME
         if meta_file.is_file():
             meta = json.loads(meta_file.read_text())
-            if meta.get("pooler") not in (None, self.pooler):
-                raise ValueError(f"index {folder} was built with pooler {meta['pooler']!r} but this model uses "
-                                 f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
+            check_pooler_agrees(self.pooler, meta.get("pooler"), f"index {folder}", where=TOOL_META_NAME,
+                                fix=f"load the model with pooler={meta.get('pooler')!r} to search it")
             self._check_same_model(meta.get("model_fingerprint"), meta.get("model_name_or_path") or None,
                                    f"index {folder} was built with")
-        self.index, self.sentences = index, sentences
+        recorded = self._recorded_max_length(meta.get("max_length") if meta_file.is_file() else None, folder)
+        self.index, self.sentences, self._index_max_length = index, sentences, recorded
         self._index_folder = folder.resolve()

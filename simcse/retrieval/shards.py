@@ -40,11 +40,14 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from simcse.files.dataset_source import DatasetRef
+from simcse.files.checks import check_int
+from simcse.files.storage import signals_end_the_write
 
 MANIFEST_NAME = "manifest.json"
 RUN_NAME = "encode_run.json"
@@ -127,13 +130,25 @@ class _HashingFile:
         return self.f.write(b)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextmanager
+def _temporary_sibling(path: Path):
+    """A hidden ``.<name>.tmp-<pid>`` beside ``path`` to write and rename; removed when the block fails or a
+    termination signal ends it (:func:`simcse.files.storage.signals_end_the_write`)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with signals_end_the_write():
+            yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    with _temporary_sibling(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
 
 def _atomic_write_json(path: Path, obj) -> None:
@@ -143,13 +158,13 @@ def _atomic_write_json(path: Path, obj) -> None:
 def _write_shard(folder: Path, k: int, emb: np.ndarray, entry: dict) -> dict:
     """Write shard ``k`` (.npy then its sidecar, each atomically); return the sidecar entry."""
     npy = folder / f"{shard_stem(k)}.npy"
-    tmp = npy.with_name(f".{npy.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        hf = _HashingFile(f)
-        np.lib.format.write_array(hf, np.ascontiguousarray(emb), allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, npy)
+    with _temporary_sibling(npy) as tmp:
+        with open(tmp, "wb") as f:
+            hf = _HashingFile(f)
+            np.lib.format.write_array(hf, np.ascontiguousarray(emb), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, npy)
     entry = {"file": npy.name, **entry, "sha256": hf.h.hexdigest()}
     _atomic_write_json(folder / f"{shard_stem(k)}.json", entry)
     return entry
@@ -168,12 +183,22 @@ def _rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
 DESCRIPTIVE_SETTINGS = ("model",)
 
 
+def _compared(run: dict, key: str):
+    """``run[key]`` as compared on resume: a dataset input by :meth:`DatasetRef.identity` (streaming or not
+    reads the same rows)."""
+    value = run.get(key)
+    if key == "input" and isinstance(value, dict) and "dataset" in value:
+        return DatasetRef.from_description(value).identity()
+    return value
+
+
 def _check_run(folder: Path, run: dict) -> None:
     """Write the run settings, or check them against those of the shards already in ``folder``."""
     f = folder / RUN_NAME
     if f.is_file():
         old = json.loads(f.read_text())
-        diff = sorted(k for k in set(old) | set(run) if old.get(k) != run.get(k) and k not in DESCRIPTIVE_SETTINGS)
+        diff = sorted(k for k in set(old) | set(run) if _compared(old, k) != _compared(run, k)
+                      and k not in DESCRIPTIVE_SETTINGS)
         if "model_fingerprint" in diff:
             raise ValueError(f"{folder} holds shards of another model than {run.get('model') or 'this one'} "
                              f"(fingerprint {str(old.get('model_fingerprint'))[:19]} there, "
@@ -246,8 +271,7 @@ def encode_to_shards(
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+    check_int(shard_size, "shard_size")
     rank, world = _rank_world(rank, world_size)
     src = input_path if isinstance(input_path, DatasetRef) else Path(input_path)
     if not isinstance(src, DatasetRef) and not src.is_file():

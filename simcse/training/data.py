@@ -4,6 +4,9 @@ Every example is stored as ``V`` tokenised *views* (``input_ids``: list of V tok
 V = 1 for one-sentence-per-line text (the collator repeats it, so dropout makes the two views),
 V = 2 for ``sent0,sent1`` pair CSVs, V = 3 for ``sent0,sent1,hard_neg`` triplet CSVs.
 The collator pads every view of the batch to the longest one and returns (B, V, L) tensors.
+
+Why one module: the readers, the blank/incomplete-row rule, tokenisation into views and the collator are one
+pipeline whose row layout (``V`` views per example) each step relies on; split, that layout would be defined twice.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from simcse.files.inputs import first_undecodable_line, iter_lines, open_bytes, open_text
+from simcse.files.inputs import cell_text, first_undecodable_line, iter_lines, open_bytes, open_text
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -120,23 +124,28 @@ def _string_features(p: Path, sep: str):
     return datasets.Features({h: datasets.Value("string") for h in header})
 
 
-def _text_lines(path: str, stamp: str):
-
+def _text_lines(path: str, stamp: str, nonblank_limit: int | None = None):
+    kept = 0
     for line in iter_lines(path):
+        if kept == nonblank_limit:  # None: no limit
+            return
+        kept += bool(line.strip())
         yield {"text": line}
 
 
-def _text_dataset(p: Path):
+def _text_dataset(p: Path, nonblank_limit: int | None = None):
     """A ``datasets.Dataset`` with a ``text`` column: line i of ``p`` in row i, lines split only at ``"\\n"``
     (:func:`simcse.files.inputs.iter_lines`; HF's "text" builder splits at every ``str.splitlines()`` break, so a
     lone ``"\\r"`` made two training sentences of one line). Cached like any dataset; the cache key holds
-    the file's size and modification time, so an edited file is read again."""
+    the file's size and modification time. ``nonblank_limit`` (``--max_train_samples``): read only up to that
+    many non-blank lines (the same rows as a full read, without reading all of a 1M-line file)."""
     import datasets
 
     st = p.stat()
     return datasets.Dataset.from_generator(
         _text_lines, features=datasets.Features({"text": datasets.Value("string")}),
-        gen_kwargs={"path": str(p.resolve()), "stamp": f"{st.st_size}:{st.st_mtime_ns}"})
+        gen_kwargs={"path": str(p.resolve()), "stamp": f"{st.st_size}:{st.st_mtime_ns}",
+                    "nonblank_limit": nonblank_limit})
 
 
 def _count_nonblank_lines(p: Path) -> int:
@@ -144,7 +153,8 @@ def _count_nonblank_lines(p: Path) -> int:
         return sum(1 for raw in f if raw.strip())
 
 
-def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None, neutral: bool = False):
+def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None = None, neutral: bool = False,
+                          label_columns: tuple[str, ...] = ()):
     """Load a training file as a ``datasets.Dataset`` with a column per view.
 
     * ``.txt``: one sentence per line -> column ``sent0``; blank lines are skipped and counted in the log.
@@ -156,6 +166,8 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
       more fields than the header is an error naming its line.
     * ``neutral=True`` (paper Table 7, "contradiction + neutral"): the CSV must also have ``hard_neg`` and
       ``neutral`` columns; the neutral hypothesis becomes a fourth view, used as one more negative.
+    * ``label_columns`` (the objective's, e.g. ``score`` of ``sent0,sent1,score``): kept when the CSV has
+      them, as float64 numbers (:func:`numeric_label_columns`); they are not views.
 
     Returns (dataset, view_columns).
 
@@ -171,7 +183,7 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     sep = None
     try:
         if p.suffix == ".txt":
-            ds = _text_dataset(p)
+            ds = _text_dataset(p, max_train_samples)  # read only the lines the run uses
         else:
             sep, quoting = ("\t", csv.QUOTE_NONE) if p.name.endswith(".tsv") else (",", csv.QUOTE_MINIMAL)
             ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False,
@@ -209,7 +221,11 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
                     f"train_file {str(p)!r} has {ds.column_names}"
                 )
             columns.append(NEUTRAL_COLUMN)
-        ds = ds.remove_columns([c for c in ds.column_names if c not in columns])
+        labels = [c for c in label_columns if c in present and c not in columns]
+        ds = ds.remove_columns([c for c in ds.column_names if c not in columns and c not in labels])
+        from simcse.training.scored_pairs import numeric_label_columns
+
+        ds = numeric_label_columns(ds, labels, f"train_file {str(p)!r}")
     ds = drop_incomplete_rows(ds, columns, f"train_file {str(p)!r}",
                               "blank lines" if p.suffix == ".txt" else "rows with an empty cell")
     if max_train_samples is not None:
@@ -217,21 +233,35 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     return ds, columns
 
 
-def complete_rows(batch: dict, columns: list[str]) -> list[bool]:
-    """For a batch of rows (``{column: list}``): whether each row holds a non-blank string in every view column."""
-    return [all(isinstance(batch[c][i], str) and batch[c][i].strip() for c in columns)
-            for i in range(len(batch[columns[0]]))]
+def complete_rows(batch: dict, indices: list[int], columns: list[str], source: str = "the training data",
+                  labels: dict | None = None) -> list[bool]:
+    """For a batch of rows (``{column: list}``, their 0-based ``indices``): whether each row holds a non-blank
+    text in every view column. Cells follow the one rule of every source
+    (:func:`simcse.files.inputs.cell_text`): a missing value is blank (the row is dropped), a number is an error.
+    ``labels`` maps a view to the column name the user knows (the dataset's, before renaming).
+
+    Raises:
+        ValueError: ``"<source>, row 3: column 'id' holds int 7, not text"`` (rows numbered from 1).
+    """
+    labels = labels or {}
+
+    def text(c, i):
+        return cell_text(batch[c][i], lambda: f"{source}, row {indices[i] + 1}: column {labels.get(c, c)!r}")
+
+    return [all(text(c, i).strip() for c in columns) for i in range(len(batch[columns[0]]))]
 
 
-def drop_incomplete_rows(ds, columns: list[str], source: str, what: str = "rows with an empty cell"):
+def drop_incomplete_rows(ds, columns: list[str], source: str, what: str = "rows with an empty cell",
+                         labels: dict | None = None):
     """``ds`` (a ``datasets.Dataset``) without the rows that miss a view (:func:`complete_rows`); the number
     skipped is logged once.
 
     Raises:
-        ValueError: no row is left (the message names ``source``).
+        ValueError: no row is left (the message names ``source``); a cell that is not text (:func:`complete_rows`).
     """
     n_before = len(ds)
-    ds = ds.filter(complete_rows, batched=True, fn_kwargs={"columns": list(columns)})
+    ds = ds.filter(complete_rows, batched=True, with_indices=True,
+                   fn_kwargs={"columns": list(columns), "source": source, "labels": labels})
     skipped = n_before - len(ds)
     if skipped:
         logger.warning("%s: skipped %d %s of %d", source, skipped, what, n_before)
@@ -261,8 +291,7 @@ def consecutive_pairs(lines, window: int, rng=None, max_pairs: int | None = None
     Raises:
         ValueError: ``window < 1``, or ``window > 1`` without ``rng``.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    check_int(window, "window")
     if window > 1 and rng is None:
         raise ValueError("window > 1 draws the positive at random: pass rng (a random.Random)")
     anchors: list[str] = []
@@ -330,7 +359,8 @@ def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: in
     return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), list(PAIR_COLUMNS)
 
 
-def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None):
+def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None,
+                     prompts: dict | None = None):
     """Tokenise every view once (``datasets.map``, cached), truncating to ``max_seq_length`` tokens.
 
     Adds ``input_ids`` / ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them) as
@@ -338,15 +368,27 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
     """
 
     return ds.map(tokenize_views, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing",
-                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length})
+                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length,
+                             "prompts": prompts})
 
 
-def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int) -> dict:
+def column_prompts(value) -> dict:
+    """``--prompts`` (a JSON object string, a dict or None) as a dict of view column -> prefix text."""
+    import json
+
+    if not value:
+        return {}
+    return dict(value) if isinstance(value, dict) else json.loads(value)
+
+
+def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None) -> dict:
     """One batch of rows (``{column: list of str}``) -> ``{input_ids: [[view 0 ids, view 1 ids, ...], ...], ...}``
     (each view cut at ``max_seq_length`` tokens): the map function of :func:`tokenize_dataset`, and of a
     stream tokenised on the fly."""
     n = len(batch[columns[0]])
-    enc = [tokenizer(batch[c], truncation=True, max_length=max_seq_length) for c in columns]
+    prompts = prompts or {}
+    enc = [tokenizer([prompts.get(c, "") + t for t in batch[c]] if prompts.get(c) else batch[c], truncation=True,
+                     max_length=max_seq_length) for c in columns]
     return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
 
 

@@ -34,14 +34,15 @@ def check_hard_negative_alpha(alpha, name: str = "hard_negative_alpha") -> float
 def cosine_logits(z1: torch.Tensor, z2: torch.Tensor, temp: float) -> torch.Tensor:
     """Cosine similarity of every row of ``z1`` (N, H) with every row of ``z2`` (M, H), divided by ``temp``.
 
-    Computed in float32 whatever the input dtype, with autocast switched off here (under bf16/fp16 autocast
+    Computed in float32 for any input of lower precision (float64 inputs stay float64), with autocast switched off here (under bf16/fp16 autocast
     the matrix product would otherwise run in half precision, and bf16 resolves a logit of 1/temp = 20 only
     to steps of 0.125). Zero vectors get similarity 0 (eps 1e-8, as ``torch.nn.CosineSimilarity``).
-    Returns (N, M) float32.
+    Returns (N, M) float32 (float64 for float64 inputs).
     """
     with torch.autocast(device_type=z1.device.type, enabled=False):
-        a = F.normalize(z1.float(), dim=-1, eps=1e-8)
-        b = F.normalize(z2.float(), dim=-1, eps=1e-8)
+        wide = torch.promote_types(torch.promote_types(z1.dtype, z2.dtype), torch.float32)
+        a = F.normalize(z1.to(wide), dim=-1, eps=1e-8)
+        b = F.normalize(z2.to(wide), dim=-1, eps=1e-8)
         return (a @ b.T) / temp
 
 

@@ -109,3 +109,122 @@ def test_result_json_is_whole_or_absent(tmp_path, monkeypatch):
     monkeypatch.setattr(simcse.files.storage.os, "replace", real_replace)
     assert json.loads(target.read_text()) == {"old": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+@pytest.fixture(params=[0o022, 0o002, 0o077], ids=["umask022", "umask002", "umask077"])
+def umask(request):
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]}
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "into_existing"])
+def test_atomic_folder_ends_with_the_permissions_of_an_ordinary_write(tmp_path, umask, existing):
+    import torch
+    from safetensors.torch import save_file
+
+    from simcse.files.storage import atomic_folder, current_umask
+
+    assert current_umask() == umask
+    target = tmp_path / "out"
+    if existing:
+        target.mkdir()
+    with atomic_folder(target, "the test folder") as tmp:
+        save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))  # safetensors writes 0600
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "notes.txt").write_text("x")
+    # what mkdir and open give under this umask, measured on ordinary writes beside it
+    (tmp_path / "plain_dir").mkdir()
+    (tmp_path / "plain_file").write_text("x")
+    folder_mode = (tmp_path / "plain_dir").stat().st_mode & 0o777
+    file_mode = (tmp_path / "plain_file").stat().st_mode & 0o777
+    assert (folder_mode, file_mode) == (0o777 & ~umask, 0o666 & ~umask)
+    assert _modes(target) == {".": folder_mode, "model.safetensors": file_mode, "sub": folder_mode,
+                              "sub/notes.txt": file_mode}
+
+
+def test_saved_model_and_index_are_readable_by_others(tmp_path, tiny_bert_dir, umask):
+    from simcse.models.modeling import SimCSEModel
+    from simcse.retrieval.tool import SimCSE
+
+    folder_mode, file_mode = 0o777 & ~umask, 0o666 & ~umask
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").save_pretrained(tmp_path / "m")
+    tool = SimCSE(str(tmp_path / "m"), device="cpu")
+    tool.build_index(SENTENCES[:6])
+    tool.save_index(tmp_path / "idx")
+    for root in (tmp_path / "m", tmp_path / "idx"):
+        modes = _modes(root)
+        assert {k: v for k, v in modes.items() if (root / k).is_dir()} == {
+            k: folder_mode for k in modes if (root / k).is_dir()}, root
+        assert {k: v for k, v in modes.items() if (root / k).is_file()} == {
+            k: file_mode for k in modes if (root / k).is_file()}, root
+    assert (tmp_path / "m" / "model.safetensors").stat().st_mode & 0o777 == file_mode
+
+
+# ------------------------------------------------------------------------ a termination signal while writing
+_SIGNALLED_CHILD = r'''
+import os, signal, sys
+import numpy as np
+from simcse import cli
+from simcse.retrieval import tool as tool_mod
+
+case, model, inp, out = sys.argv[1:5]
+if case == "npy":  # SIGTERM in the middle of the encoding loop, the .partial file half filled
+    real, calls = tool_mod.SimCSE.encode, []
+    def encode(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *a, **kw)
+    tool_mod.SimCSE.encode = encode
+else:  # SIGTERM while a shard's bytes are being written
+    real_write = np.lib.format.write_array
+    def write_array(f, *a, **kw):
+        real_write(f, *a, **kw)
+        os.kill(os.getpid(), signal.SIGTERM)
+    np.lib.format.write_array = write_array
+extra = ["--chunk-size", "2"] if case == "npy" else ["--shard-size", "4"]
+sys.exit(cli.main(["encode", "--model", model, "--pooler", "avg", "--input", inp, "--output", out,
+                   "--device", "cpu", *extra]))
+'''
+
+
+@pytest.mark.slow  # a fresh interpreter per case (torch, transformers)
+@pytest.mark.parametrize("case, output", [("npy", "emb.npy"), ("shards", "emb")])
+def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path, tiny_bert_dir, case, output):
+    """SIGTERM ends the write as an error does: the temporary file is removed, the exit status is a signal's (143)."""
+    import subprocess
+    import sys
+
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(SENTENCES) + "\n")
+    r = subprocess.run([sys.executable, "-c", _SIGNALLED_CHILD, case, str(tiny_bert_dir), str(inp),
+                        str(tmp_path / output)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert r.returncode == 128 + 15, (r.returncode, r.stderr[-2000:])
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.name.startswith("."))
+    assert left == [], left
+    assert not (tmp_path / "emb.npy").exists()
+
+
+def test_a_signal_handler_of_the_program_is_kept_while_writing(tmp_path):
+    """A program that handles SIGTERM itself (training saves a checkpoint on it) keeps its handler."""
+    import signal
+
+    from simcse.files.storage import writing
+
+    seen = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
+    try:
+        with writing("x", tmp_path):
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -28,8 +28,9 @@ def test_every_pooler_ignores_batch_and_padding_side(left_padded_dir, tiny_bert_
     from transformers import AutoTokenizer
 
     assert AutoTokenizer.from_pretrained(str(left_padded_dir)).padding_side == "left"
-    left = SimCSEModel.from_pretrained(str(left_padded_dir), pooler_type=pooler).eval()
-    right = SimCSEModel.from_pretrained(str(left_padded_dir), pooler_type=pooler).eval()
+    prompt = {"templates": ["the {sentence} is {mask} ."]} if pooler.startswith("prompt_mask") else None
+    left = SimCSEModel.from_pretrained(str(left_padded_dir), pooler_type=pooler, prompt=prompt).eval()
+    right = SimCSEModel.from_pretrained(str(left_padded_dir), pooler_type=pooler, prompt=prompt).eval()
     right.tokenizer.padding_side = "right"
     if left.mlp is not None:  # the same MLP in both, so only padding could differ
         right.mlp.load_state_dict(left.mlp.state_dict())

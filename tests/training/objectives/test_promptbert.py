@@ -1,0 +1,198 @@
+"""PromptBERT's objective (simcse.training.objectives.promptbert) against an independent forward of the official
+code (kongds/Prompt-BERT ``prompt_bert/models.py: cl_forward`` with ``--mask_embedding_sentence``,
+``--mask_embedding_sentence_different_template`` and ``--mask_embedding_sentence_delta``; its templates tokenised
+as ``train.py`` does): same loss (1e-6) and gradients (2e-5 relative) on a tiny BERT with dropout off, and a
+different loss when a key hyperparameter (a template, the temperature, denoising) changes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import SENTENCES, make_tiny_model, write_corpus
+from simcse.models.modeling import SimCSEModel
+from simcse.training.objectives import build_objective
+from simcse.training.objectives.base import LossContext
+
+# official notation, over the tiny vocabulary (" and : are [UNK] there, as any out-of-vocabulary word)
+T1 = '*cls*_the_man_of_"*sent_0*"_is*mask*.*sep+*'
+T2 = '*cls*_a_dog_:_"*sent_0*"_is*mask*.*sep+*'
+TEMP = 0.05
+
+
+def _official_split(template: str, tok) -> tuple[str, str]:
+    """train.py: the template string -> (mask_embedding_sentence_bs, mask_embedding_sentence_es)."""
+    t = template.replace("*mask*", tok.mask_token).replace("*sep+*", "").replace("*cls*", "").replace("*sent_0*", " ")
+    t = t.split(" ")
+    return t[0].replace("_", " "), t[1].replace("_", " ")
+
+
+def _official_batch(tok, sentences, t1, t2, max_seq_length=32):
+    """train.py prepare_features + the collator: view 0 with template 1, view 1 with template 2, padded."""
+    (bs, es), (bs2, es2) = _official_split(t1, tok), _official_split(t2, tok)
+    b1, e1 = tok.encode(bs)[:-1], tok.encode(es)[1:]
+    b2, e2 = tok.encode(bs2)[:-1], tok.encode(es2)[1:]
+    rows = []
+    for s in sentences:
+        ids = tok.encode(s, add_special_tokens=False)[:max_seq_length]
+        rows.append([b1 + ids + e1, b2 + ids + e2])
+    ml = max(len(r) for pair in rows for r in pair)
+    input_ids = torch.tensor([[r + [tok.pad_token_id] * (ml - len(r)) for r in pair] for pair in rows])
+    mask = torch.tensor([[[1] * len(r) + [0] * (ml - len(r)) for r in pair] for pair in rows])
+    return input_ids, mask
+
+
+def _official_delta(encoder, tok, template, mask_id, length=50):
+    """cl_forward.get_delta: the bare template repeated ``length`` times, suffix positions shifted by the row."""
+    bs, es = _official_split(template, tok)
+    n_bs = len(tok.encode(bs, add_special_tokens=False))
+    tokens = tok.encode(bs + es)
+    d_ids = torch.tensor([tokens]).repeat(length, 1)
+    d_pos = torch.arange(d_ids.shape[1]).unsqueeze(0).repeat(length, 1)
+    d_pos[:, n_bs + 1:] += torch.arange(length).unsqueeze(-1)
+    last = encoder(input_ids=d_ids, position_ids=d_pos, return_dict=True).last_hidden_state
+    return last[d_ids == mask_id], d_ids.shape[1]
+
+
+def _official_loss(encoder, mlp, tok, sentences, t1, t2, temp):
+    mask_id = tok.mask_token_id
+    delta, tlen = _official_delta(encoder, tok, t1, mask_id)
+    delta1, tlen1 = _official_delta(encoder, tok, t2, mask_id)
+    input_ids, attention_mask = _official_batch(tok, sentences, t1, t2)
+    bsz, num_sent = input_ids.shape[:2]
+    flat_ids = input_ids.view(-1, input_ids.size(-1))
+    flat_mask = attention_mask.view(-1, attention_mask.size(-1))
+    last = encoder(flat_ids, attention_mask=flat_mask, return_dict=True).last_hidden_state
+    pooled = last[flat_ids == mask_id].view(bsz, num_sent, -1)
+    blen = attention_mask.sum(-1) - tlen
+    blen1 = attention_mask.sum(-1) - tlen1
+    pooled = torch.stack([pooled[:, 0] - delta[blen[:, 0]], pooled[:, 1] - delta1[blen1[:, 1]]], 1)
+    pooled = mlp(pooled)
+    z1, z2 = pooled[:, 0], pooled[:, 1]
+    cos = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / temp
+    return nn.CrossEntropyLoss()(cos, torch.arange(bsz))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("pb"), "bert", dropout=0.0)
+
+
+def _ours(folder, loss_args, unpadded=False):
+    model = SimCSEModel.from_pretrained(str(folder), pooler_type="prompt_mask", mlp_only_train=True, new_mlp_init="random")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # spread the tiny model's embeddings
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    objective = build_objective("promptbert", loss_args)
+    objective.setup(model, None)
+    model.double()  # float64: the comparison sees the formulas, not float32 rounding of two attention kernels
+    if unpadded:
+        assert model.set_unpadded(True)
+    model.train()
+    enc = model.tokenizer(SENTENCES, padding=True, return_tensors="pt", return_token_type_ids=False)
+    batch = {k: v[:, None].expand(-1, 2, -1) for k, v in enc.items()}  # the collator's two copies
+    emb = model(**batch)
+    return model, objective.loss(emb, batch, LossContext(model=model))
+
+
+def _reference(model):
+    from transformers import BertModel
+
+    ref = BertModel(model.encoder.config, add_pooling_layer=False)
+    ref.config._attn_implementation = "eager"
+    ref.double().load_state_dict(model.encoder.state_dict())
+    ref.train()
+    mlp = nn.Sequential(nn.Linear(model.hidden_size, model.hidden_size), nn.Tanh()).double()
+    mlp[0].load_state_dict(model.mlp.dense.state_dict())
+    return ref, mlp
+
+
+@pytest.mark.parametrize("unpadded", [False, True])
+def test_promptbert_equals_official_forward(tiny, unpadded):
+    model, loss = _ours(tiny, {"template": T1, "template2": T2, "temp": TEMP}, unpadded=unpadded)
+    loss.backward()
+    ref, mlp = _reference(model)
+    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, T2, TEMP)
+    ref_loss.backward()
+    assert abs(ref_loss.item() - math.log(len(SENTENCES))) > 0.1  # not degenerate (every cosine equal: ln 12)
+    assert abs(loss.item() - ref_loss.item()) < 1e-6
+    ours = dict(model.encoder.named_parameters())
+    for name, p in ref.named_parameters():
+        g, r = ours[name].grad, p.grad
+        assert r is not None and g is not None, name
+        # + 1e-9: the key biases and the last LayerNorm's bias have gradient 0 in exact arithmetic (softmax
+        # ignores a shift common to all keys; denoising subtracts that bias from both [MASK] states)
+        assert (g - r).norm() <= 2e-5 * r.norm() + 1e-9, name
+    assert (model.mlp.dense.weight.grad - mlp[0].weight.grad).norm() <= 2e-5 * mlp[0].weight.grad.norm()
+
+
+@pytest.mark.parametrize("changed", [{"template2": T1}, {"template": T2}, {"temp": 0.1}, {"denoise": False}])
+def test_a_changed_hyperparameter_changes_the_loss(tiny, changed):
+    model, loss = _ours(tiny, {"template": T1, "template2": T2, "temp": TEMP, **changed})
+    ref, mlp = _reference(model)
+    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, T2, TEMP)
+    assert abs(loss.item() - ref_loss.item()) > 1e-4, changed
+
+
+def test_setup_refuses_another_pooler(tiny):
+    model = SimCSEModel.from_pretrained(str(tiny), pooler_type="cls", new_mlp_init="random")
+    with pytest.raises(ValueError, match="--pooler_type prompt_mask"):
+        build_objective("promptbert").setup(model, None)
+
+
+@pytest.mark.parametrize("args, key", [({"temp": 0}, "temp"), ({"template": "no placeholders"}, "template"),
+                                       ({"denoise": "yes"}, "denoise")])
+def test_bad_loss_args_are_named(args, key):
+    with pytest.raises(ValueError, match=key):
+        build_objective("promptbert", args)
+
+
+def test_gathered_negatives_equal_one_big_batch():
+    """Two simulated processes (gathered keys, local queries, averaged) give the one-process loss and gradient."""
+    from conftest import simulated_ranks
+
+    objective = build_objective("promptbert")
+    e = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64, requires_grad=True)
+    one = objective.loss(e, {}, LossContext(model=None))
+    (g_one,) = torch.autograd.grad(one, e)
+    two = simulated_ranks(objective, e, {"input_ids": torch.zeros(8, 2, 3, dtype=torch.long)})
+    (g_two,) = torch.autograd.grad(two, e)
+    assert abs(one.item() - two.item()) < 1e-9 and torch.allclose(g_one, g_two, atol=1e-12)
+
+
+PROMPT_ARGS = {"template": "the {sentence} is {mask} .", "template2": "a {sentence} was {mask} ."}
+
+
+@pytest.mark.slow
+def test_trains_resumes_exactly_and_the_folder_encodes_with_the_template(tmp_path):
+    from conftest import assert_resume_is_exact, objective_argv
+    from simcse import SimCSE
+
+    model_dir, corpus = make_tiny_model(tmp_path / "m", "bert"), write_corpus(tmp_path)
+    full = assert_resume_is_exact(lambda out, *extra: objective_argv(
+        model_dir, corpus, out, "promptbert", PROMPT_ARGS, "--pooler_type", "prompt_mask", "--mlp_only_train", "true",
+        *extra), tmp_path)
+    saved = SimCSEModel.from_pretrained(str(tmp_path / "full"))
+    assert saved.pooler_type == "prompt_mask" and saved.prompt.templates == tuple(PROMPT_ARGS.values())
+    tool = SimCSE(str(tmp_path / "full"))
+    got = torch.as_tensor(tool.encode(SENTENCES[:4], normalize_to_unit=False))
+    assert torch.allclose(got, torch.as_tensor(full.model.encode(SENTENCES[:4])), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_gradient_caching_equals_the_whole_batch(tmp_path):
+    from conftest import objective_argv, run_training, trainer_state
+
+    model_dir, corpus = make_tiny_model(tmp_path / "m", "bert", dropout=0.0), write_corpus(tmp_path)
+    runs = [run_training(objective_argv(model_dir, corpus, tmp_path / f"o{i}", "promptbert", PROMPT_ARGS,
+                                        "--pooler_type", "prompt_mask", "--mlp_only_train", "true", "--max_steps", "2",
+                                        "--save_strategy", "no", "--optim", "sgd", *extra))
+            for i, extra in enumerate([(), ("--gradient_cache_chunk_size", "3")])]
+    a, b = (trainer_state(r) for r in runs)  # SGD: a float-noise gradient (the exactly-0 ones) stays noise-sized
+    start = SimCSEModel.from_pretrained(str(model_dir)).encoder.state_dict()
+    assert any(not torch.allclose(a[f"encoder.{k}"], v) for k, v in start.items())  # it trained
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
