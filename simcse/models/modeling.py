@@ -24,6 +24,7 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
 )
 from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
                                   quiet_transformers_bars)
+from simcse.models.checkpointing import ActivationCheckpointing
 from simcse.models.inference import Encoding
 from simcse.models.pooling import PROMPT_POOLERS, MLPHead, get_pooler
 from simcse.models.prompt import PromptConfig, Prompting, prompt_forward
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-class SimCSEModel(SavedFolder, Encoding, Prompting, nn.Module):
+class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.Module):
     """Encoder + pooler mapping token ids to sentence embeddings.
 
     Args:
@@ -215,38 +216,6 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, nn.Module):
     def num_hidden_layers(self) -> int:
         """The encoder's transformer layers (its ``hidden_states`` count is one more)."""
         return int(self.encoder.config.num_hidden_layers)
-
-    # ------------------------------------------------------------------------- activation checkpointing
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
-                                        every_n_layers: int = 1, offload: bool = False) -> None:
-        """Recompute the encoder layers' activations in the backward pass (``--gradient_checkpointing true``).
-
-        Called by HF Trainer with the keywords of transformers' ``PreTrainedModel.activation_checkpointing_enable``
-        (``every_n_layers``: checkpoint every n-th layer; ``offload``: keep the saved layer inputs in host
-        memory; ``activation_checkpointing_kwargs``: passed to ``torch.utils.checkpoint.checkpoint``) and
-        handed to the encoder. torch's checkpoint restores the random state before recomputing a layer, so the
-        dropout masks (also :mod:`simcse.models.dropout`'s, which draw from the default generator) are replayed
-        exactly: the gradients equal those without checkpointing.
-        """
-        enable = getattr(self.encoder, "activation_checkpointing_enable", None)
-        if enable is not None:
-            enable(activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers,
-                   offload=offload)
-        else:  # an encoder class of an older transformers
-            self.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=activation_checkpointing_kwargs)
-
-    def activation_checkpointing_disable(self) -> None:
-        """Undo :meth:`activation_checkpointing_enable`."""
-        disable = getattr(self.encoder, "activation_checkpointing_disable", None)
-        (disable or self.encoder.gradient_checkpointing_disable)()
-
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
-        """The older name of :meth:`activation_checkpointing_enable` (same keywords)."""
-        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
-
-    def gradient_checkpointing_disable(self) -> None:
-        """The older name of :meth:`activation_checkpointing_disable`."""
-        self.activation_checkpointing_disable()
 
     # ------------------------------------------------------------------------------ padding-free forward
     def _encode_unpadded(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs):

@@ -90,7 +90,28 @@ def _check_model_kwargs(kwargs: dict) -> None:
                         f"{', '.join(INIT_ARGS)} and the model-loading options {', '.join(MODEL_KWARGS)}")
 
 
-class SimCSE(IndexLifecycle):
+class _Exports:
+    """Saving and exporting the tool's torch model (a mixin of :class:`SimCSE`)."""
+
+    def save_pretrained(self, folder: str | os.PathLike) -> None:
+        """Save the model in simcse's format (:meth:`SimCSEModel.save_pretrained`)."""
+        self._torch_model("save_pretrained").save_pretrained(folder)
+
+    def export_sentence_transformers(self, folder: str | os.PathLike, max_seq_length: int | None = None) -> Path:
+        """Write a sentence-transformers model folder (see :func:`simcse.interop.export.export_sentence_transformers`)."""
+        from simcse.interop.export import export_sentence_transformers
+
+        return export_sentence_transformers(self._torch_model("export_sentence_transformers"), folder,
+                                            max_seq_length=max_seq_length or self.max_length)
+
+    def export_huggingface(self, folder: str | os.PathLike) -> Path:
+        """Write a plain HF model folder (see :func:`simcse.interop.export.export_huggingface`)."""
+        from simcse.interop.export import export_huggingface
+
+        return export_huggingface(self._torch_model("export_huggingface"), folder)
+
+
+class SimCSE(_Exports, IndexLifecycle):
     """Sentence encoder with cosine similarity and nearest-neighbour search.
 
     The constructor and the methods take the reference tool's parameters (princeton-nlp/SimCSE
@@ -353,23 +374,6 @@ class SimCSE(IndexLifecycle):
         if not isinstance(self.model, SimCSEModel):
             raise ValueError(f"{what} needs the torch backend; this tool runs an ONNX graph ({self.model_name_or_path})")
         return self.model
-
-    def save_pretrained(self, folder: str | os.PathLike) -> None:
-        """Save the model in simcse's format (:meth:`SimCSEModel.save_pretrained`)."""
-        self._torch_model("save_pretrained").save_pretrained(folder)
-
-    def export_sentence_transformers(self, folder: str | os.PathLike, max_seq_length: int | None = None) -> Path:
-        """Write a sentence-transformers model folder (see :func:`simcse.interop.export.export_sentence_transformers`)."""
-        from simcse.interop.export import export_sentence_transformers
-
-        return export_sentence_transformers(self._torch_model("export_sentence_transformers"), folder,
-                                            max_seq_length=max_seq_length or self.max_length)
-
-    def export_huggingface(self, folder: str | os.PathLike) -> Path:
-        """Write a plain HF model folder (see :func:`simcse.interop.export.export_huggingface`)."""
-        from simcse.interop.export import export_huggingface
-
-        return export_huggingface(self._torch_model("export_huggingface"), folder)
 
     def __repr__(self) -> str:
         n = self.index.ntotal if self.index is not None else 0

@@ -151,7 +151,7 @@ def test_further_training_starts_from_the_reference_mlp(tmp_path, train_txt):
         "--model_name_or_path", str(ref), "--train_file", str(train_txt), "--output_dir", str(tmp_path / "o"),
         "--pooler_type", "cls", "--per_device_train_batch_size", "8", "--max_steps", "1", "--eval_strategy", "no",
         "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
-        "--learning_rate", "0"], on_build=lambda t: seen.update(w=t.model.mlp.dense.weight.detach().clone()))
+        "--learning_rate", "1e-5"], on_build=lambda t: seen.update(w=t.model.mlp.dense.weight.detach().clone()))
     assert torch.equal(seen["w"], state["mlp.dense.weight"])  # not the random init of a fresh MLP
     assert trainer.state.global_step == 1
 

@@ -114,7 +114,7 @@ def test_cli_encode_index_search(tiny_bert_dir, tmp_path, capsys):
     assert cli.main(["search", "--index", str(tmp_path / "i"), "--query", SENTS[0], "--truncate_dim", "16"]) == 2
     assert "--truncate_dim 16 does not match the 8 dimensions the index" in capsys.readouterr().err
     assert cli.main(["encode", *base, "--input", str(corpus), "--output", str(tmp_path / "z.npy"), "--truncate_dim", "0"]) == 2
-    assert "--truncate-dim must be a positive integer, got 0" in capsys.readouterr().err
+    assert "--truncate_dim must be a positive integer, got 0" in capsys.readouterr().err
     assert cli.main(["encode", *base, "--input", str(corpus), "--output", str(tmp_path / "z.npy"), "--truncate_dim", "64"]) == 2
     assert "truncate_dim 64 is larger than the embedding size 32" in capsys.readouterr().err
     assert not (tmp_path / "z.npy").exists()

@@ -196,11 +196,8 @@ def test_gradient_checkpointing_is_passed_as_activation_checkpointing_without_a_
                                                                                             train_txt):
     import warnings
 
-    from simcse.training.compat import translate_legacy_args
     from simcse.training.train import parse_args
 
-    assert translate_legacy_args(["--gradient_checkpointing", "true", "--gradient_checkpointing_kwargs={}"]) == [
-        "--activation_checkpointing", "true", "--activation_checkpointing_kwargs={}"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # transformers warns for the old name
         _, _, args = parse_args(["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt),
