@@ -1,0 +1,309 @@
+"""DiffCSE (simcse.training.objectives.diffcse) against an independent forward of the official loss
+(voidism/DiffCSE ``diffcse/models.py`` ``cl_forward`` with its patched ``BertModel.forward(cls_input=...)``,
+``train.py``'s collator ``mask_tokens`` and ``electra_head``), on fixed tiny weights and inputs, dropout off."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import SENTENCES, make_tiny_model
+from simcse.training.objectives import LossContext, build_objective
+
+LAMBDA, MASK, TEMP = 0.005, 0.30, 0.05
+SEED, STEP = 3, 5
+
+
+# ----------------------------------------------------------------------------------------- the official forward
+def official_mask_tokens(inputs, tokenizer, p, gen):
+    """train.py OurDataCollatorWithPadding.mask_tokens, with an explicit generator."""
+    inputs = inputs.clone()
+    labels = inputs.clone()
+    probability_matrix = torch.full(labels.shape, p)
+    special = [tokenizer.get_special_tokens_mask(v, already_has_special_tokens=True) for v in labels.tolist()]
+    probability_matrix.masked_fill_(torch.tensor(special, dtype=torch.bool), value=0.0)
+    masked_indices = torch.bernoulli(probability_matrix, generator=gen).bool()
+    labels[~masked_indices] = -100
+    indices_replaced = torch.bernoulli(torch.full(labels.shape, 0.8), generator=gen).bool() & masked_indices
+    inputs[indices_replaced] = tokenizer.convert_tokens_to_ids(tokenizer.mask_token)
+    indices_random = torch.bernoulli(torch.full(labels.shape, 0.5), generator=gen).bool() & masked_indices & ~indices_replaced
+    random_words = torch.randint(len(tokenizer), labels.shape, dtype=torch.long, generator=gen)
+    inputs[indices_random] = random_words[indices_random]
+    return inputs, labels
+
+
+def official_projection(hidden):
+    """models.py ProjectionMLP."""
+    return nn.Sequential(nn.Linear(hidden, 2 * hidden, bias=False), nn.BatchNorm1d(2 * hidden), nn.ReLU(inplace=True),
+                         nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False))
+
+
+def official_discriminator(disc, input_ids, attention_mask, token_type_ids, cls_input):
+    """The patched BertModel.forward: embeddings, then position 0 replaced by cls_input, then the encoder with
+    transformers 4.2's additive extended mask."""
+    emb = disc.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+    emb = torch.cat([cls_input.unsqueeze(1), emb[:, 1:, :]], dim=1)
+    ext = (1.0 - attention_mask[:, None, None, :].to(emb.dtype)) * -10000.0
+    return disc.encoder(emb, attention_mask=ext).last_hidden_state
+
+
+def official_loss(enc, mlp, gen, disc, head, tokenizer, batch, gen_seed, lam=LAMBDA, mask_ratio=MASK, temp=TEMP):
+    """cl_forward with pooler cls, --batchnorm, --mlp_only_train, before_mlp off: (contrastive, electra) parts."""
+    input_ids = batch["input_ids"]
+    batch_size, num_sent, length = input_ids.shape
+    input_ids = input_ids.view(-1, length)
+    attention_mask = batch["attention_mask"].view(-1, length)
+    token_type_ids = batch["token_type_ids"].view(-1, length)
+    mlm_input_ids, _ = official_mask_tokens(input_ids, tokenizer, mask_ratio, torch.Generator().manual_seed(gen_seed))
+    outputs = enc(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    pooler_output = outputs.last_hidden_state[:, 0]
+    pooler_output = mlp(pooler_output).view(batch_size, num_sent, -1)
+    with torch.no_grad():
+        g_pred = gen(input_ids=mlm_input_ids, attention_mask=attention_mask)[0].argmax(-1)
+    g_pred[:, 0] = tokenizer.cls_token_id
+    replaced = (g_pred != input_ids) * attention_mask
+    e_inputs = g_pred * attention_mask
+    mlm_hidden = official_discriminator(disc, e_inputs, attention_mask, token_type_ids,
+                                        pooler_output.view(-1, pooler_output.size(-1)))
+    z1, z2 = pooler_output[:, 0], pooler_output[:, 1]
+    cos_sim = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / temp
+    loss_fct = nn.CrossEntropyLoss()
+    cl = loss_fct(cos_sim, torch.arange(cos_sim.size(0)))
+    prediction_scores = head(mlm_hidden)
+    electra = loss_fct(prediction_scores.view(-1, 2), replaced.view(-1, replaced.size(-1)).view(-1))
+    return cl, lam * electra
+
+
+# ----------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from transformers import BertConfig, BertForMaskedLM
+
+    root = tmp_path_factory.mktemp("diffcse")
+    enc = make_tiny_model(root / "enc", "bert", seed=0, dropout=0.0)
+    torch.manual_seed(1)
+    BertForMaskedLM(BertConfig.from_pretrained(enc)).save_pretrained(root / "gen")
+    return enc, root / "gen"
+
+
+def _perturb(module, seed, scale=0.5):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+
+
+def _build(folders, pooler="cls_before_pooler", gc=None, **loss_args):
+    from simcse.models.modeling import SimCSEModel
+
+    enc, gen = folders
+    model = SimCSEModel.from_pretrained(str(enc), pooler_type=pooler, mlp_only_train=True, new_mlp_init="random").train()
+    model.encoder.config._attn_implementation = "eager"  # as the official 2021 code (the copies inherit it)
+    obj = build_objective("diffcse", {"generator_name": str(gen), **loss_args})
+    obj.setup(model, types.SimpleNamespace(gradient_cache_chunk_size=gc))
+    _perturb(model.encoder, 0, scale=0.2)
+    _perturb(obj.discriminator, 1)  # so that a forward through the wrong copy shows
+    _perturb(obj.electra_head, 2)
+    if obj.mlp is not None:
+        _perturb(obj.mlp, 3, scale=0.1)
+    return model.train(), obj.train()
+
+
+def _batch(tokenizer, n=8):
+    """(n, 2, L) pairs: a sentence and its words reversed (distinct views, dropout off)."""
+    a = SENTENCES[:n]
+    b = [" ".join(reversed(s.split())) for s in a]
+    enc = tokenizer(a + b, padding=True, return_tensors="pt")
+    return {k: torch.stack([v[:n], v[n:]], dim=1) for k, v in enc.items()}
+
+
+def _ours(model, obj, batch, **ctx):
+    b, v, length = batch["input_ids"].shape
+    flat = {k: t.reshape(b * v, length) for k, t in batch.items()}
+    z = model(**flat).view(b, v, -1)
+    context = LossContext(model=model, seed=SEED, global_step=STEP, full_batch=batch, batch_size=b, **ctx)
+    parts = {**obj.loss(z, batch, context), **obj.chunk_loss(z, batch, context)}
+    return parts, context
+
+
+def _reference_modules(model, obj, folders):
+    from transformers import BertForMaskedLM, BertModel
+
+    enc_dir, gen_dir = folders
+    kw = dict(attn_implementation="eager", add_pooling_layer=False)
+    enc = BertModel.from_pretrained(str(enc_dir), **kw).train()
+    enc.load_state_dict(model.encoder.state_dict())
+    disc = BertModel.from_pretrained(str(enc_dir), **kw).train()
+    disc.load_state_dict(obj.discriminator.state_dict())
+    gen = BertForMaskedLM.from_pretrained(str(gen_dir), attn_implementation="eager").train()
+    head = nn.Linear(model.hidden_size, 2)
+    head.load_state_dict(obj.electra_head.state_dict())
+    mlp = official_projection(model.hidden_size).train()
+    for i in (0, 1, 3):
+        mlp[i].load_state_dict(obj.mlp.net[i].state_dict(), strict=False)
+    return enc, mlp, gen, disc, head
+
+
+# ----------------------------------------------------------------------------------------- fidelity
+def test_loss_and_gradients_equal_the_official_forward(folders):
+    model, obj = _build(folders)
+    batch = _batch(model.tokenizer)
+    assert (batch["attention_mask"] == 0).any()  # padding present: the official RTD mean counts it
+    parts, context = _ours(model, obj, batch)
+    sum(parts.values()).backward()
+
+    enc, mlp, gen, disc, head = _reference_modules(model, obj, folders)
+    seed = context.draw_seed(0)
+    cl, electra = official_loss(enc, mlp, gen, disc, head, model.tokenizer, batch, seed)
+    (cl + electra).backward()
+    cl, electra = cl.detach(), electra.detach()
+
+    assert 0.05 < float(cl) and abs(float(cl) - float(torch.log(torch.tensor(8.0)))) > 0.1  # not solved, not flat
+    assert abs(float(parts["contrastive"]) - float(cl)) < 1e-6
+    assert abs(float(parts["rtd"]) - float(electra)) < 1e-6
+    assert float(electra) > 1e-4
+
+    pairs = [(model.encoder, enc), (obj.discriminator, disc), (obj.electra_head, head)]
+    pairs += [(obj.mlp.net[i], mlp[i]) for i in (0, 1, 3)]
+    # true gradient 0: softmax ignores a shift of every key; the BatchNorm head removes a shift shared by every
+    # row, and the encoder's last LayerNorm bias shifts every [CLS] state alike (its other tokens are unused)
+    zero = ("attention.self.key.bias", f"layer.{len(enc.encoder.layer) - 1}.output.LayerNorm.bias")
+    scale = max(float(p.grad.norm()) for _, ref in pairs for p in ref.parameters() if p.grad is not None)
+    checked = 0
+    for mine, ref in pairs:
+        ref_params = dict(ref.named_parameters())
+        for name, p in mine.named_parameters():
+            g, rg = p.grad, ref_params[name].grad
+            assert (g is None) == (rg is None), name
+            if g is None:
+                continue
+            if mine is model.encoder and name.endswith(zero) or name.endswith(zero[0]):
+                assert float(g.norm()) < 1e-5 * scale and float(rg.norm()) < 1e-5 * scale, name
+                continue
+            assert float((g - rg).norm() / rg.norm()) < 2e-5, name
+            checked += 1
+    assert checked > 40
+    assert all(p.grad is None for p in obj.generator.parameters())  # frozen
+
+
+@pytest.mark.parametrize("changed", [{"lam": 0.05}, {"mask_ratio": 0.15}, {"temp": 0.1}])
+def test_a_changed_hyperparameter_fails_the_comparison(folders, changed):
+    """The comparison above can tell the official hyperparameters apart: another lambda, masking ratio or
+    temperature in the official forward gives a part that misses ours by far more than the 1e-6 tolerance."""
+    model, obj = _build(folders)
+    batch = _batch(model.tokenizer)
+    with torch.no_grad():
+        parts, context = _ours(model, obj, batch)
+        ref = official_loss(*_reference_modules(model, obj, folders), model.tokenizer, batch, context.draw_seed(0), **changed)
+    mine = (float(parts["contrastive"]), float(parts["rtd"]))
+    assert max(abs(a - float(b)) for a, b in zip(mine, ref)) > 1e-4, changed
+
+
+# ----------------------------------------------------------------------------------------- composition
+def test_chunks_add_up_to_the_whole_batch(folders):
+    """chunk_loss over chunks (each with its chunk_start) = chunk_loss over the batch, value and gradients:
+    the RTD term composes with gradient caching (model's cls MLP, batchnorm off)."""
+    model, obj = _build(folders, pooler="cls", gc=3, batchnorm=False)
+    batch = _batch(model.tokenizer)
+    b, v, length = batch["input_ids"].shape
+    flat = {k: t.reshape(b * v, length) for k, t in batch.items()}
+
+    def run(chunk):
+        model.zero_grad()
+        obj.zero_grad()
+        total = 0.0
+        for s in range(0, b, chunk):
+            part = {k: t[s:s + chunk] for k, t in batch.items()}
+            z = model(**{k: t.reshape(-1, length) for k, t in part.items()}).view(-1, v, model.hidden_size)
+            ctx = LossContext(model=model, seed=SEED, global_step=STEP, full_batch=batch, batch_size=b, chunk_start=s)
+            term = obj.chunk_loss(z, part, ctx)["rtd"]
+            term.backward()
+            total += float(term)
+        grads = {n: p.grad.clone() for n, p in [*model.named_parameters(), *obj.named_parameters()] if p.grad is not None}
+        return total, grads
+
+    whole, g_whole = run(b)
+    obj._draws = type(obj._draws)()
+    chunked, g_chunked = run(3)
+    assert abs(whole - chunked) < 1e-6 and whole > 0
+    assert set(g_whole) == set(g_chunked)
+    for n, g in g_whole.items():
+        if not n.endswith("attention.self.key.bias"):
+            assert float((g - g_chunked[n]).norm() / g.norm().clamp(min=1e-30)) < 2e-5, n
+    assert flat["input_ids"].shape[0] == b * v
+
+
+def test_a_wrong_chunk_start_is_refused(folders):
+    model, obj = _build(folders, pooler="cls", gc=3, batchnorm=False)
+    batch = _batch(model.tokenizer)
+    part = {k: t[3:6] for k, t in batch.items()}
+    z = torch.zeros(3, 2, model.hidden_size)
+    ctx = LossContext(model=model, full_batch=batch, batch_size=8, chunk_start=0)
+    with pytest.raises(RuntimeError, match="chunk_start"):
+        obj.chunk_loss(z, part, ctx)
+
+
+def test_edits_are_seeded_by_seed_step_rank_and_leave_the_global_stream(folders):
+    model, obj = _build(folders, generator_dropout=True)
+    obj.generator.config.hidden_dropout_prob = 0.5
+    for m in obj.generator.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.5  # dropout on: the draws must still repeat
+    batch = _batch(model.tokenizer)
+    ids, mask = batch["input_ids"].reshape(16, -1), batch["attention_mask"].reshape(16, -1)
+    before = torch.get_rng_state()
+    a = obj.edit(ids, mask, seed=11)
+    assert torch.equal(torch.get_rng_state(), before)  # the global generator is untouched
+    b = obj.edit(ids, mask, seed=11)
+    c = obj.edit(ids, mask, seed=12)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+    assert (a[0][:, 0] == model.tokenizer.cls_token_id).all()
+    assert (a[1][mask == 0] == 0).all() and (a[0][mask == 0] == 0).all()
+    seeds = {LossContext(model=model, seed=s, global_step=t, rank=r).draw_seed(0) for s, t, r in
+             [(1, 0, 0), (1, 1, 0), (1, 0, 1), (2, 0, 0)]}
+    assert len(seeds) == 4
+
+
+def test_encoder_tied_generator(folders):
+    """The stand-in generator for an encoder without an MLM head: scores tokens with the encoder's own input
+    embeddings; frozen; the discriminator still starts as the encoder."""
+    model, obj = _build(folders, generator_name="encoder-tied")
+    batch = _batch(model.tokenizer)
+    parts, _ = _ours(model, obj, batch)
+    assert set(parts) == {"contrastive", "rtd"} and float(parts["rtd"]) > 0
+    assert not any(p.requires_grad for p in obj.generator.parameters())
+    ids = batch["input_ids"].reshape(16, -1)
+    mask = batch["attention_mask"].reshape(16, -1)
+    logits = obj.generator(ids, mask)
+    assert logits.shape == (*ids.shape, model.tokenizer.vocab_size)
+
+
+# ----------------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("loss_args,match", [
+    ({"lambda_weight": -1}, "lambda_weight"),
+    ({"masking_ratio": 1.0}, "masking_ratio"),
+    ({"temp": 0}, "temp"),
+    ({"before_mlp": True, "batchnorm": False}, "before_mlp"),
+    ({"lambda": 0.1}, "unknown key"),
+])
+def test_bad_hyperparameters_are_refused(loss_args, match):
+    with pytest.raises(ValueError, match=match):
+        build_objective("diffcse", loss_args)
+
+
+def test_setup_refusals(folders, tmp_path):
+    from transformers import BertConfig, BertForMaskedLM
+
+    with pytest.raises(ValueError, match="cls_before_pooler"):
+        _build(folders, pooler="cls")
+    with pytest.raises(ValueError, match="gradient_cache_chunk_size"):
+        _build(folders, gc=4)
+    _build(folders, gc=4, before_mlp=True)  # conditioned before the BatchNorm head: chunks are exact
+    other = BertConfig.from_pretrained(folders[1])
+    other.vocab_size += 3
+    BertForMaskedLM(other).save_pretrained(tmp_path / "gen")
+    with pytest.raises(ValueError, match="vocabulary"):
+        _build((folders[0], tmp_path / "gen"))
