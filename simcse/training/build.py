@@ -72,19 +72,20 @@ def _load_model(model_args, dropout: float | None):
     return model
 
 def _load_dataset(data_args, seed: int):
-    """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--objective``)."""
+    """``(dataset, columns)`` of the training file: its own views, or consecutive-sentence pairs (``--positives``)."""
     from simcse.training.data import load_next_sentence_dataset, load_sentence_dataset
     from simcse.training.sources import load_training_dataset
 
     if data_args.dataset_name:
         return load_training_dataset(data_args, seed)
-    if data_args.objective != "simcse":
-        return load_next_sentence_dataset(data_args.train_file, data_args.objective, seed=seed,
+    if data_args.positives != "simcse":
+        return load_next_sentence_dataset(data_args.train_file, data_args.positives, seed=seed,
                                           max_train_samples=data_args.max_train_samples)
     return load_sentence_dataset(data_args.train_file, data_args.max_train_samples, neutral=data_args.neutral_as_negative)
 
-def _make_collator(model_args, data_args, training_args, tok):
-    """The (B, V, L) collator, wrapped in the augmenting collator when ``--augmentation`` is not ``none``."""
+def _make_collator(model_args, data_args, training_args, tok, objective):
+    """The (B, V, L) collator (with the objective's label columns and single-row view count), wrapped in the
+    augmenting collator when ``--augmentation`` is not ``none``."""
     from simcse.training.data import ContrastiveCollator
 
     collator = ContrastiveCollator(
@@ -95,6 +96,8 @@ def _make_collator(model_args, data_args, training_args, tok):
         vocab_size=len(tok),
         special_ids=tuple(tok.all_special_ids),
         seed=training_args.seed,
+        label_columns=tuple(objective.label_columns),
+        views_from_one=objective.single_view_copies,
     )
     augmentation = model_args.augmentation
     if augmentation == "none":
@@ -120,7 +123,7 @@ def build(model_args, data_args, training_args):
     """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet).
 
     The ablation flags (docs/ablations.md) are wired here: ``--dropout`` (and ``--augmentation_with_dropout
-    false``, which means dropout 0) rewrites the encoder config before loading; ``--objective`` builds
+    false``, which means dropout 0) rewrites the encoder config before loading; ``--positives`` builds
     consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
@@ -157,20 +160,23 @@ def build(model_args, data_args, training_args):
     if data_args.no_hard_negatives and "hard_neg" in columns:
         ds, columns = ds.remove_columns("hard_neg"), [c for c in columns if c != "hard_neg"]
         logger.info("--no_hard_negatives: training on (sent0, sent1) pairs only")
-    if (model_args.fixed_dropout or augmentation != "none") and columns != ["sent0"]:
-        flag = "--fixed_dropout" if model_args.fixed_dropout else "--augmentation"
-        raise SetupError(f"{flag} makes both views from one sentence: it needs a one-sentence-per-line .txt "
-                         f"train_file and --objective simcse (got views {columns})")
+    if augmentation != "none" and columns != ["sent0"]:
+        raise SetupError(f"--augmentation makes both views from one sentence: it needs a one-sentence-per-line .txt "
+                         f"train_file and --positives simcse (got views {columns})")
     if model_args.do_mlm:
         try:
             model.attach_mlm_head(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
         except (ValueError, OSError) as e:
             raise SetupError(str(e)) from e
-    if training_args.per_device_train_batch_size < 2 and training_args.world_size < 2 and len(columns) < 3:
-        raise SetupError("per_device_train_batch_size must be >= 2: InfoNCE needs in-batch negatives")
     source = data_args.train_file or data_args.dataset_name
+    objective = _objective(model_args, model.tokenizer)
+    try:
+        objective.check_columns(columns, source)
+        objective.check_batch(training_args.per_device_train_batch_size, training_args.world_size, len(columns))
+    except ValueError as e:
+        raise SetupError(str(e)) from e
     if data_args.streaming:
-        return _trainer(model, model_args, data_args, training_args, ds, None)
+        return _trainer(model, model_args, data_args, training_args, ds, None, objective)
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
@@ -188,16 +194,31 @@ def build(model_args, data_args, training_args):
 
         ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.training.data
         training_args.remove_unused_columns = False  # the collator reads the draw keys
-    return _trainer(model, model_args, data_args, training_args, ds, train_rows)
+    return _trainer(model, model_args, data_args, training_args, ds, train_rows, objective)
 
 
-def _trainer(model, model_args, data_args, training_args, ds, train_rows):
+def _objective(model_args, tok):
+    """The run's objective (:func:`simcse.training.objectives.compose.simcse_objective`): ``--loss``/``--loss_args``,
+    wrapped for ``--fixed_dropout`` and ``--do_mlm`` (with the tokenizer's MLM masker)."""
+    from simcse.training.objectives.compose import simcse_objective
+
+    try:
+        return simcse_objective(
+            temp=model_args.temp, hard_negative_alpha=model_args.hard_negative_alpha, loss=model_args.loss,
+            loss_args=model_args.loss_args, fixed_dropout=model_args.fixed_dropout,
+            mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
+            mlm_masker=_mlm_masker(tok, model_args.mlm_probability) if model_args.do_mlm else None)
+    except ValueError as e:
+        raise SetupError(str(e)) from e
+
+
+def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective):
     """The :class:`SimCSETrainer` over ``ds`` (output room checked, signal handling attached)."""
     from simcse.training.callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
     from simcse.models.dual_encoder import DualEncoderModel
     from simcse.training.trainer import SimCSETrainer
 
-    collator = _make_collator(model_args, data_args, training_args, model.tokenizer)
+    collator = _make_collator(model_args, data_args, training_args, model.tokenizer, objective)
     if model_args.two_encoders:
         model = DualEncoderModel(model)
     signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
@@ -208,16 +229,13 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows):
         train_dataset=ds,
         data_collator=collator,
         processing_class=model.tokenizer,
-        temp=model_args.temp,
-        hard_negative_alpha=model_args.hard_negative_alpha,
+        objective=objective,
         eval_transfer=data_args.eval_transfer,
-        mlm_weight=model_args.mlm_weight,
+        mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
         senteval_dir=data_args.senteval_dir,
         eval_max_length=data_args.eval_max_length,
         gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
-        fixed_dropout=model_args.fixed_dropout,
         no_duplicates_rows=train_rows,
-        mlm_masker=_mlm_masker(model.tokenizer, model_args.mlm_probability) if model_args.do_mlm else None,
     )
     if signals:
         trainer.add_callback(SaveOnSignalCallback(signals))

@@ -25,6 +25,12 @@ logger = logging.getLogger(__name__)
 _TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 
 MLM_HEAD_NAME = "mlm_head.safetensors"  # the --do_mlm head's own weights, in checkpoints (for exact resumes)
+OBJECTIVE_STATE_NAME = "objective_state.pt"  # the objective's parameters, buffers and extra state (one per process)
+
+
+def _objective_state_file(folder: str, process_index: int, world: int) -> str:
+    name = OBJECTIVE_STATE_NAME if world <= 1 else OBJECTIVE_STATE_NAME.replace(".pt", f"_{process_index}.pt")
+    return os.path.join(folder, name)
 
 def _own_mlm_head_weights(model) -> dict[str, torch.Tensor]:
     """The MLM head's parameters and buffers, without those shared with the encoder (the tied decoder)."""
@@ -102,6 +108,7 @@ class CheckpointHooks(Trainer):
         try:
             with writing(name, run_dir, needed=needed):
                 super()._save_checkpoint(model, trial)
+                self._save_objective_state(os.path.join(staging, name))
         except Exception as e:  # agreed on by every rank below, so none is left waiting for the others
             failure = e
         except BaseException:
@@ -136,6 +143,32 @@ class CheckpointHooks(Trainer):
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         self.accelerator.wait_for_everyone()
 
+    def _save_objective_state(self, folder: str) -> None:
+        """Write the objective's state (its modules' parameters and buffers and ``get_extra_state``: a momentum
+        encoder, a queue) into checkpoint ``folder``, one file per process; nothing for a stateless objective."""
+        objective = getattr(self, "objective", None)
+        state = objective.state_dict() if objective is not None else {}
+        if not state:
+            return
+        os.makedirs(folder, exist_ok=True)
+        state = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in state.items()}
+        torch.save(state, _objective_state_file(folder, self.args.process_index, self.args.world_size))
+
+    def _load_objective_state(self, folder: str) -> None:
+        """Restore the objective's state saved by :meth:`_save_objective_state` (this process's file).
+
+        Raises:
+            ValueError: the objective has state but the checkpoint has none for it (names the file)."""
+        objective = getattr(self, "objective", None)
+        if objective is None or not objective.state_dict():
+            return
+        path = _objective_state_file(folder, self.args.process_index, self.args.world_size)
+        if not os.path.isfile(path):
+            raise ValueError(f"resume_from_checkpoint {folder!r} has no {os.path.basename(path)}: it was not written "
+                             f"by a run with --loss {objective.name}, whose state (e.g. a momentum encoder or a queue) "
+                             "a resume needs")
+        objective.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         if not os.path.isfile(os.path.join(resume_from_checkpoint, _TRAINER_STATE_NAME)):
             raise ValueError(
@@ -151,6 +184,7 @@ class CheckpointHooks(Trainer):
         head_file = os.path.join(resume_from_checkpoint, MLM_HEAD_NAME)
         if getattr(model, "mlm_head", None) is not None and os.path.isfile(head_file):
             model.mlm_head.load_state_dict(load_file(head_file), strict=False)  # tied decoder weight: the encoder's
+        self._load_objective_state(resume_from_checkpoint)
 
     def _load_best_model(self) -> None:
         self.accelerator.unwrap_model(self.model).load_weights(self.state.best_model_checkpoint)

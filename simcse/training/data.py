@@ -319,7 +319,7 @@ def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: in
         raise ValueError(f"objective must be one of {sorted(OBJECTIVE_WINDOWS)}, got {objective!r}")
     p = check_train_file(path)
     if p.suffix != ".txt":
-        raise ValueError(f"--objective {objective} derives pairs from consecutive lines: train_file {str(p)!r} "
+        raise ValueError(f"--positives {objective} derives pairs from consecutive lines: train_file {str(p)!r} "
                          "must be a .txt file with one sentence per line")
 
     with open_text(p) as f:  # lines split only at "\n" (simcse.files.inputs)
@@ -382,7 +382,12 @@ def mask_tokens(
 
 @dataclass
 class ContrastiveCollator:
-    """Pad a list of examples into (B, V, L) tensors; single-view examples are repeated to 2 views.
+    """Pad a list of examples into (B, V, L) tensors; single-view examples are repeated to ``views_from_one``
+    views (2: two dropout views; the objective's ``single_view_copies``).
+
+    ``label_columns`` (the objective's, e.g. ``score``) are numeric fields of each example, returned as float32
+    (B,) tensors under their names; an example without one, or with a value that is not a number, is refused
+    naming the column.
 
     ``pad_to_max_length`` pads to ``max_seq_length`` (reference option) instead of the batch's longest
     sequence. Keys: ``input_ids``, ``attention_mask`` and ``token_type_ids`` when present (int64).
@@ -400,13 +405,15 @@ class ContrastiveCollator:
     vocab_size: int | None = None
     special_ids: tuple[int, ...] = ()
     seed: int = 0
+    label_columns: tuple[str, ...] = ()
+    views_from_one: int = 2
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if not features:
             raise ValueError("cannot collate an empty batch")
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in features[0]]
         views = len(features[0]["input_ids"])
-        repeat = 2 if views == 1 else 1
+        repeat = self.views_from_one if views == 1 else 1
         longest = max(len(ids) for f in features for ids in f["input_ids"])
         length = self.max_seq_length if self.pad_to_max_length else longest
         batch = {}
@@ -417,6 +424,8 @@ class ContrastiveCollator:
                 for v, ids in enumerate(f[key]):
                     t[i, v, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
             batch[key] = t.repeat_interleave(repeat, dim=1) if repeat > 1 else t  # (B, V', L)
+        for col in self.label_columns:
+            batch[col] = torch.tensor([_label_value(f, col) for f in features], dtype=torch.float32)  # (B,)
         if self.mlm_probability:
             keys = [f.get(DRAW_KEY) for f in features]
             generator = keyed_generator(self.seed, keys) if all(k is not None for k in keys) else None
@@ -426,6 +435,14 @@ class ContrastiveCollator:
                 generator=generator,
             )
         return batch
+
+
+def _label_value(example: dict, column: str) -> float:
+    value = example.get(column)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"training example has {column!r} = {value!r}; the loss needs a number there "
+                         f"(example keys: {sorted(example)})")
+    return float(value)
 
 
 class EpochKeyedSampler(torch.utils.data.Sampler):

@@ -52,3 +52,22 @@ def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     if len({int(s) for s in sizes}) != 1:
         raise ValueError(f"all ranks must have the same local batch size to gather negatives; got {[int(s) for s in sizes]}")
     return _AllGatherWithGrad.apply(x)
+
+
+def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
+    """Gather (B, ...) from all ranks into (W*B, ...), ordered by rank, without gradients (queues, teacher
+    scores). Identity when not distributed.
+
+    Raises:
+        ValueError: the ranks passed different first dimensions.
+    """
+    rank, world = world_info()
+    if world == 1:
+        return x
+    sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([x.shape[0]], dtype=torch.long, device=x.device))
+    if len({int(s) for s in sizes}) != 1:
+        raise ValueError(f"all ranks must have the same local batch size to gather; got {[int(s) for s in sizes]}")
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x.detach().contiguous())
+    return torch.cat(parts, dim=0)

@@ -114,7 +114,7 @@ def grad_cache_step(
     backward: Callable[[torch.Tensor], None],
     *,
     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
-    extra_loss: Callable[[int, Mapping[str, torch.Tensor]], torch.Tensor | None] | None = None,
+    extra_loss: Callable[[int, Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor | None] | None = None,
     devices: Iterable[int] | None = None,
 ) -> torch.Tensor:
     """One GradCache forward/backward over ``chunks``; parameter gradients are *accumulated* into ``.grad``.
@@ -131,9 +131,11 @@ def grad_cache_step(
             applies the fp16 loss scaler). Any constant scaling (gradient accumulation) belongs in here.
         no_sync: optional context-manager factory (e.g. ``ddp_model.no_sync``) entered for every chunk's backward
             but the last, so DDP all-reduces the accumulated gradients once, after the last chunk.
-        extra_loss: optional ``extra_loss(i, chunk) -> scalar or None`` computed inside chunk ``i``'s pass-2 graph
-            and added to its surrogate: a loss that decomposes over chunks (the auxiliary MLM loss) is
-            backpropagated with it, without caching. It runs inside the chunk's restored RNG context.
+        extra_loss: optional ``extra_loss(i, chunk, rep) -> scalar or None`` computed inside chunk ``i``'s pass-2
+            graph, with ``rep`` that chunk's pass-2 embeddings (with their graph), and added to its surrogate: a
+            loss that decomposes over chunks (the auxiliary MLM loss, a term on the chunk's token states or
+            embeddings) is backpropagated with it, without caching. It runs inside the chunk's restored RNG
+            context.
         devices: CUDA devices whose RNG to save/restore; default: the devices of the chunk tensors.
 
     Returns:
@@ -179,7 +181,7 @@ def grad_cache_step(
                 rep = encode(chunk)
                 surrogate = torch.dot(rep.float().flatten(), g.flatten())
                 if extra_loss is not None:
-                    extra = extra_loss(i, chunk)
+                    extra = extra_loss(i, chunk, rep)
                     if extra is not None:
                         surrogate = surrogate + extra
             backward(surrogate)

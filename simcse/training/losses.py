@@ -8,6 +8,29 @@ import torch
 import torch.nn.functional as F
 
 
+def check_temperature(temp, name: str = "temp") -> float:
+    """``temp`` as a float when it is a usable softmax temperature (a finite number > 0); the one home of that
+    rule (``--temp``, every objective's ``temp``, :func:`info_nce`).
+
+    Raises:
+        ValueError: not a finite number > 0 (names ``temp``).
+    """
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or not temp > 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {temp!r}")
+    return float(temp)
+
+
+def check_hard_negative_alpha(alpha, name: str = "hard_negative_alpha") -> float:
+    """``alpha`` (Eq. 5's weight of the own hard negative) as a float when it is a finite number >= 0.
+
+    Raises:
+        ValueError: not a finite number >= 0 (names ``hard_negative_alpha``).
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or not alpha >= 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {alpha!r}")
+    return float(alpha)
+
+
 def cosine_logits(z1: torch.Tensor, z2: torch.Tensor, temp: float) -> torch.Tensor:
     """Cosine similarity of every row of ``z1`` (N, H) with every row of ``z2`` (M, H), divided by ``temp``.
 
@@ -65,10 +88,8 @@ def info_nce(
     negs = list(negatives)
     while negs and negs[-1] is None:
         negs.pop()
-    if not temp > 0 or not math.isfinite(temp):
-        raise ValueError(f"temp must be a finite number > 0, got {temp!r}")
-    if not hard_negative_alpha >= 0:
-        raise ValueError(f"hard_negative_alpha must be >= 0, got {hard_negative_alpha!r}")
+    check_temperature(temp)
+    check_hard_negative_alpha(hard_negative_alpha)
     if z1.dim() != 2 or z2.dim() != 2 or z1.shape[1] != z2.shape[1]:
         raise ValueError(f"z1 and z2 must be (B, H) and (M, H); got {tuple(z1.shape)} and {tuple(z2.shape)}")
     for k, neg in enumerate(negs):

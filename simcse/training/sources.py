@@ -98,7 +98,7 @@ def _open(data_args, streaming: bool):
 def load_training_dataset(data_args, seed: int = 42):
     """``(datasets.Dataset, view names)`` of ``--dataset_name`` for training, as
     :func:`simcse.training.data.load_sentence_dataset` gives for a ``--train_file``: rows with a blank or missing
-    view dropped (counted in the log), the first ``--max_train_samples`` rows kept. With ``--objective
+    view dropped (counted in the log), the first ``--max_train_samples`` rows kept. With ``--positives
     next_sentence`` / ``next_3_sentences`` the sentence column gives consecutive pairs (rows in dataset order,
     an empty row ending a block; :func:`simcse.training.data.consecutive_pairs`).
 
@@ -113,16 +113,16 @@ def load_training_dataset(data_args, seed: int = 42):
     ds = _open(data_args, streaming=False)
     views = view_columns(column_names(ds), data_args)
     label = f"dataset {data_args.dataset_name!r}"
-    if data_args.objective != "simcse":
+    if data_args.positives != "simcse":
         if len(views) != 1:
-            raise ValueError(f"--objective {data_args.objective} derives pairs from consecutive sentences: {label} "
+            raise ValueError(f"--positives {data_args.positives} derives pairs from consecutive sentences: {label} "
                              f"must be read as single sentences (--sentence_column), not as views {[c for c, _ in views]}")
         texts = ds[views[0][0]]
         anchors, positives = consecutive_pairs((t if isinstance(t, str) else "" for t in texts),
-                                               OBJECTIVE_WINDOWS[data_args.objective], random.Random(seed),
+                                               OBJECTIVE_WINDOWS[data_args.positives], random.Random(seed),
                                                data_args.max_train_samples)
         if not anchors:
-            raise ValueError(f"{label} has no two consecutive non-blank sentences: no {data_args.objective} pair")
+            raise ValueError(f"{label} has no two consecutive non-blank sentences: no {data_args.positives} pair")
         return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), ["sent0", "sent1"]
     ds = _to_views(ds, views)
     columns = [v for _, v in views]

@@ -29,15 +29,15 @@ import logging
 import numpy as np
 import torch
 from torch import nn
+from transformers import TrainerCallback
 
-from simcse.training.distributed import all_gather_with_grad, world_info
+from simcse.training.distributed import all_gather_nograd, all_gather_with_grad, world_info
 from simcse.training.gradcache import cuda_devices_of, grad_cache_step, split_chunks
-from simcse.training.losses import info_nce, mlm_loss
+from simcse.training.objectives.base import LossContext, total_loss
 from simcse.training.checkpoints import CheckpointHooks
 from simcse.training.dev_eval import DevEvaluation, STSDevSet
 from simcse.training.sources import StreamingHooks
 
-_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 logger = logging.getLogger(__name__)
 
 
@@ -88,32 +88,40 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
     # batch carried "labels").
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, temp: float = 0.05, hard_negative_alpha: float = 1.0, mlm_weight: float = 0.1,
-                 senteval_dir: str | None = None, eval_max_length: int | None = None,
+    def __init__(self, *args, objective=None, temp: float = 0.05, hard_negative_alpha: float = 1.0,
+                 mlm_weight: float = 0.1, senteval_dir: str | None = None, eval_max_length: int | None = None,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
                  no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, **kwargs):
+        if objective is None:  # the keyword arguments of the reference's trainer: InfoNCE with its ablations
+            from simcse.training.objectives.compose import simcse_objective
+
+            objective = simcse_objective(temp=temp, hard_negative_alpha=hard_negative_alpha,
+                                         fixed_dropout=fixed_dropout, mlm_weight=mlm_weight, mlm_masker=mlm_masker)
+        from simcse.training.objectives import Objective
+
+        if not isinstance(objective, Objective):
+            raise TypeError(f"objective must be a simcse.training.objectives.Objective, got {type(objective).__name__}")
         if kwargs.get("eval_dataset") is None:
             kwargs["eval_dataset"] = STSDevSet(senteval_dir)
-        self._default_ddp_find_unused(kwargs.get("model", args[0] if args else None),
-                                      kwargs.get("args", args[1] if len(args) > 1 else None), mlm_weight)
+        model = kwargs.get("model", args[0] if args else None)
+        if model is not None:
+            objective.setup(model, kwargs.get("args", args[1] if len(args) > 1 else None))
+            model.add_module("objective", objective)  # trained, moved and wrapped (DDP) with the model
+        self._default_ddp_find_unused(model, kwargs.get("args", args[1] if len(args) > 1 else None), mlm_weight)
         super().__init__(*args, **kwargs)
-        if not temp > 0:
-            raise ValueError(f"temp must be > 0, got {temp}")
-        if gradient_cache_chunk_size is not None and (not isinstance(gradient_cache_chunk_size, int) or gradient_cache_chunk_size < 0):
+        if gradient_cache_chunk_size is not None and (isinstance(gradient_cache_chunk_size, bool) or not isinstance(gradient_cache_chunk_size, int) or gradient_cache_chunk_size < 0):
             raise ValueError(f"gradient_cache_chunk_size must be None or an integer >= 0 (0 = off), got {gradient_cache_chunk_size!r}")
-        self.temp = temp
-        self.hard_negative_alpha = hard_negative_alpha
+        self.objective = objective
         self.eval_transfer = bool(eval_transfer)
-        self.mlm_weight = mlm_weight
         self.senteval_dir = senteval_dir
         self.eval_max_length = eval_max_length
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
-        self.fixed_dropout = bool(fixed_dropout)
         self.no_duplicates_rows = no_duplicates_rows
-        self.mlm_masker = mlm_masker
-        self._mlm_draw = (-1, 0)  # (global step, micro-batch) of the last MLM masking
+        self._loss_parts: dict[str, list[float]] = {}
+        self._check_objective_setup()
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
+        self.add_callback(_ObjectiveStepHook(self))
 
     @staticmethod
     def _default_ddp_find_unused(model, args, mlm_weight: float) -> None:
@@ -131,6 +139,16 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
         has_head = getattr(model, "mlm_head", None) is not None
         args.ddp_find_unused_parameters = bool(has_head and not mlm_weight > 0)
 
+    def _check_objective_setup(self) -> None:
+        """Refuse what the objective declares it cannot do, before training starts."""
+        world = max(1, self.args.world_size)
+        if world > 1 and not self.objective.supports_gather:
+            raise ValueError(f"--loss {self.objective.name} does not support training on {world} processes "
+                             "(its loss is not defined over gathered in-batch negatives); train on one process")
+        if self.gradient_cache_chunk_size and not self.objective.supports_grad_cache:
+            raise ValueError(f"--gradient_cache_chunk_size is not supported by --loss {self.objective.name} (its loss "
+                             "needs more than the embeddings); unset it")
+
     def _check_grad_cache_setup(self) -> None:
         """Reject settings that gradient caching cannot honour (several backward calls per step)."""
         from transformers.training_args import OptimizerNames
@@ -143,85 +161,61 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
             raise ValueError("gradient_cache_chunk_size is not supported with context parallelism")
 
     # ------------------------------------------------------------------------------------------- loss
-    @staticmethod
-    def _flat_inputs(inputs) -> dict[str, torch.Tensor]:
-        """(B, V, L) encoder inputs -> (B*V, L), keys of :data:`_INPUT_KEYS` present in ``inputs``."""
-        batch, views = inputs["input_ids"].shape[:2]
-        return {k: inputs[k].reshape(batch * views, -1) for k in _INPUT_KEYS if k in inputs}
+    def loss_context(self, model=None, batch=None) -> LossContext:
+        """The :class:`~simcse.training.objectives.base.LossContext` of this step (process, step, gather)."""
+        rank, world = world_info()
+        unwrapped = self.accelerator.unwrap_model(model if model is not None else self.model)
+        return LossContext(
+            model=unwrapped, rank=rank, world=world, global_step=self.state.global_step, seed=self.args.seed,
+            gather=all_gather_with_grad if world > 1 else (lambda t: t),
+            gather_nograd=all_gather_nograd if world > 1 else (lambda t: t),
+            batch_size=0 if batch is None else int(batch["input_ids"].shape[0]),
+            full_batch=batch if batch is not None else {}, log=self._record_part)
+
+    def _record_part(self, name: str, value: float) -> None:
+        self._loss_parts.setdefault(name, []).append(float(value))
 
     def _embed(self, model, inputs) -> torch.Tensor:
-        """Encode all views of a (B, V, L) batch in one forward call -> (B, V, H) embeddings.
+        """All views of a (B, V, L) batch -> (B, V, H) embeddings (the objective's :meth:`embed`: one encoder
+        call of B*V rows by default; the fixed-dropout and two-encoder ablations route views their own way)."""
+        return self.objective.embed(model, inputs, self.loss_context(model, inputs))
 
-        Ablations (docs/ablations.md): a model with ``takes_views`` (:class:`simcse.models.dual_encoder.DualEncoderModel`)
-        gets the (B, V, L) batch itself and routes the views to its encoders. With ``fixed_dropout`` only view 0
-        is encoded (B rows, one dropout mask per sentence) and its (B, H) embedding is repeated for every view:
-        identical to encoding the identical views with identical masks, forward and backward.
-        """
-        batch, views = inputs["input_ids"].shape[:2]
-        if getattr(self.accelerator.unwrap_model(model), "takes_views", False):
-            return model(**{k: inputs[k] for k in _INPUT_KEYS if k in inputs})
-        if self.fixed_dropout:
-            z = model(**{k: inputs[k][:, 0] for k in _INPUT_KEYS if k in inputs})  # (B, H)
-            return z.unsqueeze(1).expand(batch, views, z.shape[-1])
-        return model(**self._flat_inputs(inputs)).view(batch, views, -1)
+    def contrastive_loss(self, z: torch.Tensor, inputs=None, model=None) -> torch.Tensor:
+        """The objective's embedding loss on this rank's (B, V, H) embeddings -> float32 scalar; named parts are
+        summed and recorded for logging (``loss_<name>``)."""
+        inputs = inputs if inputs is not None else {"input_ids": torch.empty(z.shape[:2] + (0,), dtype=torch.long)}
+        total, parts = total_loss(self.objective.loss(z, inputs, self.loss_context(model, inputs)))
+        for name, part in parts.items():
+            self._record_part(name, part.detach().item())
+        return total
 
-    def contrastive_loss(self, z: torch.Tensor) -> torch.Tensor:
-        """InfoNCE of this rank's (B, V, H) embeddings (V >= 2) -> float32 scalar (:func:`simcse.training.losses.info_nce`).
+    def _chunk_terms(self, model, z, chunk, full) -> torch.Tensor | None:
+        """The objective's :meth:`chunk_loss` for one encoder call (summed; parts recorded)."""
+        ctx = self.loss_context(model, full)
+        total, parts = total_loss(self.objective.chunk_loss(z, chunk, ctx))
+        for name, part in parts.items():
+            self._record_part(name, part.detach().item())
+        return total
 
-        Queries are view 0; keys are view 1 (positives); views 2.. are negative sets: view 2 the hard negatives
-        (weighted by ``hard_negative_alpha``), views 3.. (the neutral hypotheses of ``--neutral_as_negative``,
-        paper Table 7) more negatives of weight 1. Under torch.distributed the keys of all ranks are gathered
-        with gradients and this rank's positives are at ``rank * B + arange(B)``; the loss is the mean over this
-        rank's B queries (see the class docstring for why this gives the gradient of the global mean).
-        """
-        batch, views = z.shape[:2]
-        keys = [z[:, v] for v in range(1, views)]  # positives, then negative sets: (B, H) each
-        rank, world = world_info()
-        labels = None
-        if world > 1:
-            keys = [all_gather_with_grad(k) for k in keys]  # (W*B, H) each
-            labels = torch.arange(batch, device=z.device) + rank * batch
-        return info_nce(z[:, 0], *keys, temp=self.temp, hard_negative_alpha=self.hard_negative_alpha, labels=labels)
-
-    def _mlm_loss(self, model, inputs, n_masked: int | None = None) -> torch.Tensor:
-        """Auxiliary MLM cross-entropy (float32 scalar) of a (b, V, L) batch with ``mlm_input_ids``/``mlm_labels``.
-
-        ``n_masked=None``: mean over the masked tokens of ``inputs``. Otherwise the *sum* over them divided by
-        ``n_masked`` (the masked-token count of the whole batch), so per-chunk values add up to the batch mean.
-        A batch with nothing masked contributes 0 while keeping the head in the graph.
-        """
-        flat = self._flat_inputs(inputs)
-        rows = flat["input_ids"].shape[0]
-        mlm_kwargs = {"token_type_ids": flat["token_type_ids"]} if "token_type_ids" in flat else {}
-        logits = self.accelerator.unwrap_model(model).mlm_logits(
-            inputs["mlm_input_ids"].reshape(rows, -1), flat["attention_mask"], **mlm_kwargs
-        )  # (rows, L, vocab)
-        return mlm_loss(logits, inputs["mlm_labels"].reshape(rows, -1), n_masked=n_masked)
-
-    def _add_mlm_masks(self, inputs: dict) -> dict:
-        """Add ``mlm_input_ids``/``mlm_labels`` (B, V, L) to a batch when training with the MLM loss.
-
-        The masks come from their own generator, seeded by (``--seed``, global step, process index,
-        micro-batch index within the step), not from the global torch generator: the data loader collates
-        ahead of the step, so masks drawn there would take random numbers from dropout's stream and differ
-        after a resume. Drawn on the CPU, moved to the batch's device."""
-        if self.mlm_masker is None or "mlm_input_ids" in inputs:
-            return inputs
-        step = self.state.global_step
-        micro = self._mlm_draw[1] + 1 if self._mlm_draw[0] == step else 0
-        self._mlm_draw = (step, micro)
-        seed = np.random.SeedSequence([self.args.seed, step, self.args.process_index, micro]).generate_state(1)[0]
-        ids = inputs["input_ids"]
-        masked, labels = self.mlm_masker(ids.cpu(), inputs["attention_mask"].cpu(),
-                                         generator=torch.Generator().manual_seed(int(seed)))
-        return {**inputs, "mlm_input_ids": masked.to(ids.device), "mlm_labels": labels.to(ids.device)}
+    def _prepare_objective_batch(self, model, inputs: dict) -> dict:
+        return dict(self.objective.prepare_batch(inputs, self.loss_context(model, inputs)))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = self._prepare_objective_batch(model, inputs)
         z = self._embed(model, inputs)  # (B, V, H)
-        loss = self.contrastive_loss(z)
-        if "mlm_input_ids" in inputs and self.mlm_weight > 0:
-            loss = loss + self.mlm_weight * self._mlm_loss(model, inputs)
+        loss = self.contrastive_loss(z, inputs, model)
+        extra = self._chunk_terms(model, z, inputs, inputs)
+        if extra is not None:
+            loss = loss + extra
         return (loss, {"embeddings": z}) if return_outputs else loss
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        """HF's log, plus the mean of each named loss part since the last log line (``loss_<name>``; this
+        process's values)."""
+        if "loss" in logs and self._loss_parts:
+            logs = {**logs, **{f"loss_{k}": round(sum(v) / len(v), 4) for k, v in self._loss_parts.items()}}
+            self._loss_parts = {}
+        return super().log(logs, *args, **kwargs)
 
     # ------------------------------------------------------------------------------ gradient caching
     def training_step(self, model: nn.Module, inputs: dict[str, torch.Tensor], num_items_in_batch=None) -> torch.Tensor:
@@ -229,57 +223,52 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
 
         With caching (Gao et al. 2021, arXiv 2101.06983; :func:`simcse.training.gradcache.grad_cache_step`) the (B, V, L)
         batch is split into chunks of ``gradient_cache_chunk_size`` examples. Pass 1 encodes every chunk without
-        a graph (saving each chunk's RNG state); :meth:`contrastive_loss` -- including the cross-rank gather --
+        a graph (saving each chunk's RNG state); the objective's :meth:`loss` -- including the cross-rank gather --
         runs once on all B*V embeddings and gives their gradient; pass 2 re-encodes each chunk with the same
         dropout masks and backpropagates that cached gradient through ``self.accelerator.backward`` (fp16 loss
         scaling, DDP), divided by the number of gradient-accumulation micro-batches as HF does. Under DDP every
         chunk's backward but the last runs under ``no_sync`` (nested inside the Trainer's own ``no_sync`` for
         non-final accumulation micro-batches, which it then does not override), so gradients are all-reduced
-        once per micro-batch. With ``do_mlm`` the MLM loss (which decomposes over tokens) is added to each
-        chunk's pass-2 graph, normalised by the batch's masked-token count. The parameter gradients equal
-        those of :meth:`compute_loss` on the whole batch (tests/training/test_gradcache.py). Returns the detached loss
-        divided by the accumulation steps, like HF's ``training_step``.
+        once per micro-batch. The objective's :meth:`chunk_loss` (e.g. the MLM term, which decomposes over
+        tokens) is added to each chunk's pass-2 graph with the chunk's embeddings. The parameter gradients equal
+        those of :meth:`compute_loss` on the whole batch (tests/training/test_gradcache.py). Returns the detached
+        loss divided by the accumulation steps, like HF's ``training_step``.
         """
-        inputs = self._add_mlm_masks(inputs)
         chunk_size = self.gradient_cache_chunk_size
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
-        inputs = self._prepare_inputs(inputs)
-        keys = [k for k in (*_INPUT_KEYS, "mlm_input_ids", "mlm_labels") if k in inputs]
-        chunks = split_chunks({k: inputs[k] for k in keys}, chunk_size)
+        inputs = self._prepare_objective_batch(model, self._prepare_inputs(inputs))
+        chunks = split_chunks({k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}, chunk_size)
         ga_steps = 1 if self.loss_is_scaled_for_ga else self.current_gradient_accumulation_steps
-        do_mlm = "mlm_input_ids" in inputs and self.mlm_weight > 0
-        n_masked = int((inputs["mlm_labels"] != -100).sum()) if do_mlm else 0
 
         def encode(chunk):
             with self.compute_loss_context_manager():
                 return self._embed(model, chunk)  # (b, V, H)
 
-        mlm_parts: list[torch.Tensor] = []
+        extra_parts: list[torch.Tensor] = []
 
-        def mlm_term(i, chunk):
-            if not do_mlm:
-                return None
+        def chunk_term(i, chunk, rep):
             with self.compute_loss_context_manager():
-                term = self.mlm_weight * self._mlm_loss(model, chunk, n_masked=n_masked)
-            mlm_parts.append(term.detach())
+                term = self._chunk_terms(model, rep, chunk, inputs)
+            if term is not None:
+                extra_parts.append(term.detach())
             return term
 
         devices = list(model.device_ids) if isinstance(model, nn.DataParallel) and model.device_ids else cuda_devices_of(chunks)
         loss = grad_cache_step(
             chunks,
             encode,
-            self.contrastive_loss,
+            lambda z: self.contrastive_loss(z, inputs, model),
             lambda surrogate: self.accelerator.backward(surrogate / ga_steps),
             no_sync=lambda: self.accelerator.no_sync(model),
-            extra_loss=mlm_term,
+            extra_loss=chunk_term,
             devices=devices,
         )
-        if mlm_parts:  # report the same total as compute_loss
-            loss = loss + torch.stack(mlm_parts).sum()
+        if extra_parts:  # report the same total as compute_loss
+            loss = loss + torch.stack(extra_parts).sum()
         del inputs
         return loss / ga_steps
 
@@ -294,6 +283,13 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
                     cb.restore_handlers()
 
     # ------------------------------------------------------------------------------------------- data
+    def _set_signature_columns_if_needed(self) -> None:
+        """HF keeps only the model's forward arguments as dataset columns: keep the objective's label columns
+        (e.g. ``score``) too, which the collator carries to the loss."""
+        super()._set_signature_columns_if_needed()
+        extra = [c for c in self.objective.label_columns if c not in self._signature_columns]
+        self._signature_columns = [*self._signature_columns, *extra]
+
     def _get_train_sampler(self, train_dataset=None):
         """HF's sampler; for a :class:`simcse.training.data.KeyedDataset` (augmentation runs) an
         :class:`simcse.training.data.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the epoch
@@ -314,3 +310,14 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
         return NoDuplicatesSampler(self.no_duplicates_rows, global_batch, seed=self.args.seed)
 
 
+
+
+class _ObjectiveStepHook(TrainerCallback):
+    """Calls the objective's :meth:`on_step_end` after every optimizer step (a momentum update, a queue push)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        t = self.trainer
+        t.objective.on_step_end(t.accelerator.unwrap_model(t.model), t.loss_context())

@@ -148,7 +148,7 @@ def test_next_sentence_objective_trains_on_consecutive_pairs(tmp_path, tiny_bert
     assert trainer.train()
     assert "must be a .txt" in _error(_argv(tiny_bert_dir, write_csv(tmp_path / "p.csv", ["sent0", "sent1"], [["a", "b"]]),
                                             tmp_path / "o2", "--objective", "next_sentence"))
-    assert "--objective must be one of" in _error(_argv(tiny_bert_dir, f, tmp_path / "o3", "--objective", "next_word"))
+    assert "--positives must be one of" in _error(_argv(tiny_bert_dir, f, tmp_path / "o3", "--objective", "next_word"))
 
 
 # ------------------------------------------------------------------------------------- two encoders

@@ -449,8 +449,8 @@ def test_bf16_on_cpu_trains(tmp_path, tiny_bert_dir, train_txt, chunk, monkeypat
     loss_dtypes = []
     real_loss = SimCSETrainer.contrastive_loss
 
-    def spy_loss(self, z):
-        loss = real_loss(self, z)
+    def spy_loss(self, z, *args, **kwargs):
+        loss = real_loss(self, z, *args, **kwargs)
         loss_dtypes.append(loss.dtype)
         return loss
 

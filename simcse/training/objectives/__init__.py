@@ -106,5 +106,5 @@ def _load_builtins() -> None:
     import pkgutil
 
     for info in pkgutil.iter_modules(__path__):
-        if info.name != "base" and not info.name.startswith("_"):
+        if info.name not in ("base", "compose") and not info.name.startswith("_"):
             importlib.import_module(f"{__name__}.{info.name}")

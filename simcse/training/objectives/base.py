@@ -30,9 +30,28 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 from torch import nn
 
-__all__ = ["Objective", "LossContext", "Loss"]
+__all__ = ["Objective", "ObjectiveWrapper", "LossContext", "INPUT_KEYS", "total_loss"]
 
-Loss = "torch.Tensor | dict[str, torch.Tensor]"
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")  # the encoder inputs of a (B, V, L) batch
+
+
+def total_loss(out) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """``(sum, parts)`` of what :meth:`Objective.loss` / :meth:`Objective.chunk_loss` returned: a scalar gives
+    ``(scalar, {})``, a dict ``{name: scalar}`` its sum and itself, None gives ``(None, {})``.
+
+    Raises:
+        ValueError: an empty dict or a part that is not a scalar tensor (names the part).
+    """
+    if out is None:
+        return None, {}
+    if isinstance(out, torch.Tensor):
+        return out, {}
+    if not isinstance(out, Mapping) or not out:
+        raise ValueError(f"an objective's loss must be a scalar tensor or a non-empty dict of them, got {out!r}")
+    for name, part in out.items():
+        if not isinstance(part, torch.Tensor) or part.dim() != 0:
+            raise ValueError(f"loss part {name!r} must be a scalar tensor, got {type(part).__name__}")
+    return sum(out.values()), dict(out)
 
 
 @dataclass
@@ -111,6 +130,24 @@ class Objective(nn.Module):
     needs_text: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ lifecycle
+    def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> Mapping[str, torch.Tensor]:
+        """Called once per (micro-)batch before encoding; returns the batch to encode, with anything the
+        objective adds (MLM masks, edited token ids). Random draws here must be seeded from
+        (``context.seed``, ``context.global_step``, ``context.rank``), never from the global generator, so a
+        resumed run draws what an uninterrupted one does. Default: the batch unchanged."""
+        return batch
+
+    def embed(self, model: nn.Module, batch: Mapping[str, torch.Tensor], context: LossContext) -> torch.Tensor:
+        """Encode all views of a (B, V, L) batch -> (B, V, H) embeddings, in one encoder call of B*V rows.
+
+        ``model`` is the model to call (it may be wrapped for distributed training); a model with
+        ``takes_views`` (the two-encoder ablation) gets the (B, V, L) batch itself and routes the views."""
+        b, v = batch["input_ids"].shape[:2]
+        inputs = {k: batch[k] for k in INPUT_KEYS if k in batch}
+        if getattr(context.model, "takes_views", False):
+            return model(**inputs)
+        return model(**{k: t.reshape(b * v, -1) for k, t in inputs.items()}).view(b, v, -1)
+
     def setup(self, model: nn.Module, args: Any) -> None:
         """Called once by the trainer before training with the unwrapped model and the training arguments:
         build modules that depend on the model (a momentum copy of the encoder, a head of its hidden size).
@@ -139,27 +176,67 @@ class Objective(nn.Module):
         return {}
 
     # ------------------------------------------------------------------ declarations checked at setup
-    @classmethod
-    def check_columns(cls, columns: list[str], source: str) -> None:
+    def check_columns(self, columns: list[str], source: str) -> None:
         """Refuse training data without the required columns.
 
         Raises:
             ValueError: a column of :attr:`input_columns` or :attr:`label_columns` is missing (names it, the
                 objective and the columns the data has).
         """
-        missing = [c for c in (*cls.input_columns, *cls.label_columns) if c not in columns]
+        missing = [c for c in (*self.input_columns, *self.label_columns) if c not in columns]
         if missing:
-            raise ValueError(f"--loss {cls.name} needs the column(s) {missing} in the training data {source!r}; "
+            raise ValueError(f"--loss {self.name} needs the column(s) {missing} in the training data {source!r}; "
                              f"it has {columns}")
 
-    @classmethod
-    def check_batch(cls, per_device: int, world: int, n_views: int) -> None:
+    def check_batch(self, per_device: int, world: int, n_views: int) -> None:
         """Refuse a per-device batch below :attr:`min_batch` (one home for "batch >= N").
 
         Raises:
             ValueError: naming ``per_device_train_batch_size`` and the minimum.
         """
-        if per_device * max(1, world) < cls.min_batch:
-            raise ValueError(f"--loss {cls.name} needs at least {cls.min_batch} examples per batch (in-batch "
+        if per_device * max(1, world) < self.min_batch:
+            raise ValueError(f"--loss {self.name} needs at least {self.min_batch} examples per batch (in-batch "
                              f"negatives); got per_device_train_batch_size {per_device} x {world} process(es): "
-                             f"use per_device_train_batch_size >= {cls.min_batch}")
+                             f"use per_device_train_batch_size >= {self.min_batch}")
+
+
+class ObjectiveWrapper(Objective):
+    """An objective that wraps another (``inner``) and changes one part of it (as sentence-transformers'
+    ``MatryoshkaLoss`` wraps a loss): every method and declaration delegates to ``inner`` unless overridden.
+    ``inner`` is a submodule, so its state is trained, checkpointed and restored with the wrapper's."""
+
+    def __init__(self, inner: Objective):
+        super().__init__()
+        if not isinstance(inner, Objective):
+            raise TypeError(f"{type(self).__name__} wraps an Objective, got {type(inner).__name__}")
+        self.inner = inner
+        for attr in ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
+                     "supports_gather", "supports_grad_cache", "needs_text"):
+            if attr not in type(self).__dict__:  # a wrapper's own declaration wins
+                setattr(self, attr, getattr(inner, attr))
+        if "name" not in type(self).__dict__:
+            self.name = inner.name
+
+    def prepare_batch(self, batch, context):
+        return self.inner.prepare_batch(batch, context)
+
+    def embed(self, model, batch, context):
+        return self.inner.embed(model, batch, context)
+
+    def setup(self, model, args):
+        self.inner.setup(model, args)
+
+    def loss(self, embeddings, batch, context):
+        return self.inner.loss(embeddings, batch, context)
+
+    def chunk_loss(self, embeddings, batch, context):
+        return self.inner.chunk_loss(embeddings, batch, context)
+
+    def on_step_end(self, model, context):
+        self.inner.on_step_end(model, context)
+
+    def get_config_dict(self):
+        return {"loss": self.inner.name, "loss_args": self.inner.get_config_dict()}
+
+    def check_batch(self, per_device, world, n_views):
+        self.inner.check_batch(per_device, world, n_views)
