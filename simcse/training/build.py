@@ -223,20 +223,23 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
         model = DualEncoderModel(model)
     signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
     _check_output_room(model, training_args, checkpoints=training_args.save_strategy != "no" or bool(signals))
-    trainer = SimCSETrainer(
-        model=model,
-        args=training_args,
-        train_dataset=ds,
-        data_collator=collator,
-        processing_class=model.tokenizer,
-        objective=objective,
-        eval_transfer=data_args.eval_transfer,
-        mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
-        senteval_dir=data_args.senteval_dir,
-        eval_max_length=data_args.eval_max_length,
-        gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
-        no_duplicates_rows=train_rows,
-    )
+    try:  # the objective's setup and the trainer's checks of what it declares: one-line setup errors
+        trainer = SimCSETrainer(
+            model=model,
+            args=training_args,
+            train_dataset=ds,
+            data_collator=collator,
+            processing_class=model.tokenizer,
+            objective=objective,
+            eval_transfer=data_args.eval_transfer,
+            mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
+            senteval_dir=data_args.senteval_dir,
+            eval_max_length=data_args.eval_max_length,
+            gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
+            no_duplicates_rows=train_rows,
+        )
+    except ValueError as e:
+        raise SetupError(str(e)) from e
     if signals:
         trainer.add_callback(SaveOnSignalCallback(signals))
     if data_args.streaming and training_args.resume_from_checkpoint:

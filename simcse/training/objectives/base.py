@@ -71,8 +71,6 @@ class LossContext:
         batch_size: examples in this process's whole (micro-)batch, also when a chunk is processed.
         full_batch: the whole (micro-)batch's inputs (B, V, L) and label columns, also when a chunk is processed.
         log: ``log(name, value)`` records a float for the next HF log line (averaged over the logging window).
-        chunk_start: at a :meth:`Objective.chunk_loss` call, the row of ``full_batch`` where this chunk starts
-            (0 without gradient caching, where the chunk is the whole batch).
     """
 
     model: nn.Module
@@ -85,7 +83,6 @@ class LossContext:
     batch_size: int = 0
     full_batch: Mapping[str, torch.Tensor] = field(default_factory=dict)
     log: Callable[[str, float], None] = lambda name, value: None
-    chunk_start: int = 0
 
     def draw_seed(self, *salt: int) -> int:
         """A seed (int in [0, 2**32)) for this step's random draws, from (``seed``, ``global_step``, ``rank``,

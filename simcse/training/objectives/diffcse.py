@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from simcse.training.losses import info_nce
 from simcse.training.objectives import register_objective
 from simcse.training.objectives.base import LossContext, Objective
-from simcse.training.objectives.heads import MicroBatchDraws, ProjectionMLP, chunk_rows
+from simcse.training.objectives.heads import MicroBatchSeed, ProjectionMLP
+from simcse.training.objectives.infonce import InfoNCE
 
 __all__ = ["DiffCSE", "TiedEncoderMLM", "ENCODER_TIED"]
 
@@ -95,8 +95,6 @@ class DiffCSE(Objective):
                  generator_name: str = "distilbert-base-uncased", batchnorm: bool = True, before_mlp: bool = False,
                  generator_dropout: bool = True):
         super().__init__()
-        if not (isinstance(temp, (int, float)) and math.isfinite(temp) and temp > 0):
-            raise ValueError(f"diffcse temp must be a finite number > 0, got {temp!r}")
         if not (isinstance(lambda_weight, (int, float)) and math.isfinite(lambda_weight) and lambda_weight >= 0):
             raise ValueError(f"diffcse lambda_weight must be a finite number >= 0, got {lambda_weight!r}")
         if not (isinstance(masking_ratio, (int, float)) and 0 < masking_ratio < 1):
@@ -105,10 +103,14 @@ class DiffCSE(Objective):
             raise ValueError(f"diffcse generator_name must be a masked-LM checkpoint or {ENCODER_TIED!r}, got {generator_name!r}")
         if before_mlp and not batchnorm:
             raise ValueError("diffcse before_mlp: true needs batchnorm: true (the head it conditions before)")
+        self.contrastive = InfoNCE(temp=temp)  # SimCSE's loss, its gather rule and its checks
         self.temp, self.lambda_weight, self.masking_ratio = float(temp), float(lambda_weight), float(masking_ratio)
         self.generator_name, self.batchnorm, self.before_mlp = generator_name, bool(batchnorm), bool(before_mlp)
         self.generator_dropout = bool(generator_dropout)
-        self._draws = MicroBatchDraws()
+        self._seeds = MicroBatchSeed()
+        # BatchNorm statistics over a chunk are not the batch's, and GradCache differentiates the loss of the
+        # whole batch's embeddings only, so the head's own gradients would be lost: refused at setup.
+        self.supports_grad_cache = not self.batchnorm
 
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "lambda_weight": self.lambda_weight, "masking_ratio": self.masking_ratio,
@@ -121,9 +123,9 @@ class DiffCSE(Objective):
         code loads the pretrained weights into it), the RTD head and, with ``batchnorm``, the projection head.
 
         Raises:
-            ValueError: ``batchnorm`` with a pooler other than ``cls_before_pooler``; ``batchnorm`` (without
-                ``before_mlp``) with ``--gradient_cache_chunk_size`` (BatchNorm statistics over a chunk are not
-                those of the batch); a tokenizer without [MASK]/[CLS]; a generator whose vocabulary differs.
+            ValueError: ``batchnorm`` with a pooler other than ``cls_before_pooler``; a tokenizer without
+                [MASK]/[CLS]; a generator whose vocabulary differs. (``batchnorm`` with
+                ``--gradient_cache_chunk_size`` is refused by the trainer: ``supports_grad_cache`` is False.)
         """
         tok = getattr(model, "tokenizer", None)
         encoder = getattr(model, "encoder", None)
@@ -133,10 +135,6 @@ class DiffCSE(Objective):
             raise ValueError("--loss diffcse with batchnorm: true (the official ProjectionMLP head) needs "
                              f"--pooler_type cls_before_pooler, got {getattr(model, 'pooler_type', None)!r}; "
                              "or pass --loss_args '{\"batchnorm\": false}' to use the model's own pooler")
-        if self.batchnorm and not self.before_mlp and getattr(args, "gradient_cache_chunk_size", None):
-            raise ValueError("--loss diffcse with batchnorm: true cannot use --gradient_cache_chunk_size: the "
-                             "discriminator is conditioned on a BatchNorm head whose statistics must be those of "
-                             "the whole batch; drop the option, or use batchnorm: false or before_mlp: true")
         if tok.mask_token_id is None or tok.cls_token_id is None:
             raise ValueError("--loss diffcse needs a tokenizer with a mask token and a [CLS] token")
         self.mask_token_id, self.cls_token_id = int(tok.mask_token_id), int(tok.cls_token_id)
@@ -199,11 +197,13 @@ class DiffCSE(Objective):
         replaced = (g_pred != input_ids).long() * attention_mask
         return g_pred * attention_mask, replaced
 
-    def _full_edits(self, full_batch, seed: int):
-        ids, mask = full_batch["input_ids"], full_batch["attention_mask"]
+    def prepare_batch(self, batch, context: LossContext):
+        """Add ``diffcse_input_ids`` (the edited sentences) and ``diffcse_labels`` (1 = replaced) (B, V, L) int64,
+        drawn once per micro-batch from (seed, step, rank, micro-batch): gradient-caching chunks carry their rows."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
         b, v, length = ids.shape
-        e_ids, replaced = self.edit(ids.reshape(b * v, length), mask.reshape(b * v, length), seed)
-        return e_ids.view(b, v, length), replaced.view(b, v, length)
+        e_ids, replaced = self.edit(ids.reshape(b * v, length), mask.reshape(b * v, length), self._seeds.next(context))
+        return {**batch, "diffcse_input_ids": e_ids.view(b, v, length), "diffcse_labels": replaced.view(b, v, length)}
 
     # ------------------------------------------------------------------ losses
     def _project(self, z: torch.Tensor) -> torch.Tensor:
@@ -215,36 +215,25 @@ class DiffCSE(Objective):
 
     def loss(self, embeddings: torch.Tensor, batch, context: LossContext):
         """Unsupervised SimCSE InfoNCE on the (projected) views 0 and 1; keys gathered over processes."""
-        z = self._project(embeddings)
-        z1, z2 = z[:, 0], z[:, 1]
-        labels = None
-        if context.world > 1:
-            z2 = context.gather(z2)
-            labels = torch.arange(z1.shape[0], device=z1.device) + context.rank * z1.shape[0]
-        return {"contrastive": info_nce(z1, z2, temp=self.temp, labels=labels)}
+        return {"contrastive": self.contrastive.loss(self._project(embeddings), batch, context)}
 
     def chunk_loss(self, embeddings: torch.Tensor, batch, context: LossContext):
         """``lambda_weight`` x the RTD cross-entropy of this chunk's rows, summed and divided by the whole
         batch's B*V*L positions (so chunks add up to the official batch mean)."""
         if self.lambda_weight == 0:
             return None
-        full = context.full_batch or batch
-        rows = chunk_rows(full, batch, context.chunk_start) if full is not batch else slice(0, embeddings.shape[0])
-        e_ids, replaced = self._draws.get(full, context, self._full_edits)
-        e_ids, replaced = e_ids[rows], replaced[rows]
-        mask = full["attention_mask"][rows]
+        if "diffcse_input_ids" not in batch:
+            raise ValueError("--loss diffcse: the batch has no edited sentences (prepare_batch was not called)")
+        e_ids, replaced, mask = batch["diffcse_input_ids"], batch["diffcse_labels"], batch["attention_mask"]
         b, v, length = e_ids.shape
         cond = embeddings if self.before_mlp else self._project(embeddings)  # (b, V, H)
-        extra = {"token_type_ids": full["token_type_ids"][rows].reshape(b * v, length)} if "token_type_ids" in full else {}
+        extra = {"token_type_ids": batch["token_type_ids"].reshape(b * v, length)} if "token_type_ids" in batch else {}
         hidden = self._discriminate(e_ids.reshape(b * v, length), mask.reshape(b * v, length),
                                     cond.reshape(b * v, -1), **extra)  # (b*V, L, H)
         logits = self.electra_head(hidden).float().reshape(-1, 2)
         labels = replaced.reshape(-1)
         ce = F.cross_entropy(logits, labels, reduction="sum")
-        n_total = full["input_ids"].numel()
-        with torch.no_grad():
-            context.log("rtd_acc", float((logits.argmax(-1) == labels).float().mean()))
-            context.log("rtd_replaced", float(labels.float().sum() / mask.sum().clamp(min=1)))
+        n_total = (context.full_batch or batch)["input_ids"].numel()  # B*V*L of the whole micro-batch
         return {"rtd": self.lambda_weight * ce / n_total}
 
     def _discriminate(self, input_ids, attention_mask, cond, **kwargs) -> torch.Tensor:

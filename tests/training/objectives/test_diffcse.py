@@ -95,14 +95,14 @@ def _perturb(module, seed, scale=0.5):
             p.add_(scale * torch.randn(p.shape, generator=g))
 
 
-def _build(folders, pooler="cls_before_pooler", gc=None, **loss_args):
+def _build(folders, pooler="cls_before_pooler", **loss_args):
     from simcse.models.modeling import SimCSEModel
 
     enc, gen = folders
     model = SimCSEModel.from_pretrained(str(enc), pooler_type=pooler, mlp_only_train=True, new_mlp_init="random").train()
     model.encoder.config._attn_implementation = "eager"  # as the official 2021 code (the copies inherit it)
     obj = build_objective("diffcse", {"generator_name": str(gen), **loss_args})
-    obj.setup(model, types.SimpleNamespace(gradient_cache_chunk_size=gc))
+    obj.setup(model, types.SimpleNamespace())
     _perturb(model.encoder, 0, scale=0.2)
     _perturb(obj.discriminator, 1)  # so that a forward through the wrong copy shows
     _perturb(obj.electra_head, 2)
@@ -124,6 +124,8 @@ def _ours(model, obj, batch, **ctx):
     flat = {k: t.reshape(b * v, length) for k, t in batch.items()}
     z = model(**flat).view(b, v, -1)
     context = LossContext(model=model, seed=SEED, global_step=STEP, full_batch=batch, batch_size=b, **ctx)
+    batch = obj.prepare_batch(batch, context)
+    context.full_batch = batch
     parts = {**obj.loss(z, batch, context), **obj.chunk_loss(z, batch, context)}
     return parts, context
 
@@ -203,12 +205,15 @@ def test_a_changed_hyperparameter_fails_the_comparison(folders, changed):
 
 # ----------------------------------------------------------------------------------------- composition
 def test_chunks_add_up_to_the_whole_batch(folders):
-    """chunk_loss over chunks (each with its chunk_start) = chunk_loss over the batch, value and gradients:
-    the RTD term composes with gradient caching (model's cls MLP, batchnorm off)."""
-    model, obj = _build(folders, pooler="cls", gc=3, batchnorm=False)
+    """chunk_loss over chunks of the prepared batch = chunk_loss over the whole batch, value and gradients: the
+    RTD term composes with gradient caching (model's cls MLP, batchnorm off)."""
+    model, obj = _build(folders, pooler="cls", batchnorm=False)
+    assert obj.supports_grad_cache
     batch = _batch(model.tokenizer)
     b, v, length = batch["input_ids"].shape
-    flat = {k: t.reshape(b * v, length) for k, t in batch.items()}
+    ctx = LossContext(model=model, seed=SEED, global_step=STEP, full_batch=batch, batch_size=b)
+    batch = obj.prepare_batch(batch, ctx)
+    ctx.full_batch = batch
 
     def run(chunk):
         model.zero_grad()
@@ -216,33 +221,21 @@ def test_chunks_add_up_to_the_whole_batch(folders):
         total = 0.0
         for s in range(0, b, chunk):
             part = {k: t[s:s + chunk] for k, t in batch.items()}
-            z = model(**{k: t.reshape(-1, length) for k, t in part.items()}).view(-1, v, model.hidden_size)
-            ctx = LossContext(model=model, seed=SEED, global_step=STEP, full_batch=batch, batch_size=b, chunk_start=s)
-            term = obj.chunk_loss(z, part, ctx)["rtd"]
+            z = model(**{k: part[k].reshape(-1, length) for k in ("input_ids", "attention_mask", "token_type_ids")})
+            term = obj.chunk_loss(z.view(-1, v, model.hidden_size), part, ctx)["rtd"]
             term.backward()
             total += float(term)
-        grads = {n: p.grad.clone() for n, p in [*model.named_parameters(), *obj.named_parameters()] if p.grad is not None}
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        grads |= {f"objective.{n}": p.grad.clone() for n, p in obj.named_parameters() if p.grad is not None}
         return total, grads
 
     whole, g_whole = run(b)
-    obj._draws = type(obj._draws)()
     chunked, g_chunked = run(3)
     assert abs(whole - chunked) < 1e-6 and whole > 0
-    assert set(g_whole) == set(g_chunked)
+    assert set(g_whole) == set(g_chunked) and any(n.startswith("objective.discriminator") for n in g_whole)
     for n, g in g_whole.items():
         if not n.endswith("attention.self.key.bias"):
-            assert float((g - g_chunked[n]).norm() / g.norm().clamp(min=1e-30)) < 2e-5, n
-    assert flat["input_ids"].shape[0] == b * v
-
-
-def test_a_wrong_chunk_start_is_refused(folders):
-    model, obj = _build(folders, pooler="cls", gc=3, batchnorm=False)
-    batch = _batch(model.tokenizer)
-    part = {k: t[3:6] for k, t in batch.items()}
-    z = torch.zeros(3, 2, model.hidden_size)
-    ctx = LossContext(model=model, full_batch=batch, batch_size=8, chunk_start=0)
-    with pytest.raises(RuntimeError, match="chunk_start"):
-        obj.chunk_loss(z, part, ctx)
+            assert float((g - g_chunked[n]).norm() / g.norm()) < 2e-5, n
 
 
 def test_edits_are_seeded_by_seed_step_rank_and_leave_the_global_stream(folders):
@@ -299,11 +292,92 @@ def test_setup_refusals(folders, tmp_path):
 
     with pytest.raises(ValueError, match="cls_before_pooler"):
         _build(folders, pooler="cls")
-    with pytest.raises(ValueError, match="gradient_cache_chunk_size"):
-        _build(folders, gc=4)
-    _build(folders, gc=4, before_mlp=True)  # conditioned before the BatchNorm head: chunks are exact
+    assert not _build(folders)[1].supports_grad_cache  # the BatchNorm head: the trainer refuses gradient caching
     other = BertConfig.from_pretrained(folders[1])
     other.vocab_size += 3
     BertForMaskedLM(other).save_pretrained(tmp_path / "gen")
     with pytest.raises(ValueError, match="vocabulary"):
         _build((folders[0], tmp_path / "gen"))
+
+
+# ----------------------------------------------------------------------------------------- through the trainer
+def _train_argv(folders, root, out, *extra, loss_args=None, pooler="cls_before_pooler"):
+    import json
+
+    enc, gen = folders
+    train = root / "train.txt"
+    if not train.exists():
+        from conftest import random_sentences
+
+        train.write_text("\n".join(random_sentences(48, seed=7)) + "\n")
+    args = {"generator_name": str(gen), "lambda_weight": 0.5, **(loss_args or {})}
+    return ["--model_name_or_path", str(enc), "--pooler_type", pooler, "--train_file", str(train),
+            "--output_dir", str(out), "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
+            "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "3", "--eval_strategy", "no",
+            "--logging_steps", "1", "--report_to", "none", "--use_cpu", "true", "--dataloader_pin_memory", "false",
+            "--eval_before_training", "false", "--test_after_training", "false", "--seed", "0",
+            "--loss", "diffcse", "--loss_args", json.dumps(args), *extra]
+
+
+@pytest.fixture(scope="module")
+def dropout_folders(tmp_path_factory):
+    """An encoder and a generator with dropout on (0.1): resume must replay every random stream."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    root = tmp_path_factory.mktemp("diffcse_dropout")
+    enc = make_tiny_model(root / "enc", "bert", seed=0, dropout=0.1)
+    torch.manual_seed(1)
+    BertForMaskedLM(BertConfig.from_pretrained(enc)).save_pretrained(root / "gen")
+    return enc, root / "gen"
+
+
+@pytest.mark.slow
+def test_resume_mid_run_equals_the_uninterrupted_run_and_the_folder_is_the_encoder(dropout_folders, tmp_path):
+    """6 steps with checkpoint-3, then a run resumed from checkpoint-3: same losses of steps 4-6 and bitwise the
+    same weights (generator dropout, masks, discriminator and heads restored). The saved folder holds the
+    encoder only (no generator, discriminator or heads) and loads in SimCSE with the [CLS] pooler."""
+    import os
+
+    from safetensors.torch import load_file
+
+    from conftest import logged_losses, run_training
+    from simcse import SimCSE
+
+    full = run_training(_train_argv(dropout_folders, tmp_path, tmp_path / "full"))
+    resumed = run_training(_train_argv(dropout_folders, tmp_path, tmp_path / "resumed", "--resume_from_checkpoint",
+                                       str(tmp_path / "full" / "checkpoint-3")))
+    losses = logged_losses(full)
+    assert logged_losses(resumed)[-3:] == losses[-3:] and len(set(losses)) == 6
+    parts = [h for h in full.state.log_history if "loss_rtd" in h]
+    assert len(parts) == 6 and all(h["loss_rtd"] > 0 and h["loss_contrastive"] > 0 for h in parts)
+    a, b = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state = torch.load(tmp_path / "full" / "checkpoint-3" / "objective_state.pt", weights_only=True)
+    assert any(k.startswith("discriminator.") for k in state) and any(k.startswith("mlp.") for k in state)
+    assert not any("discriminator" in k or "generator" in k or "electra" in k for k in a)
+    assert len(a) <= len(load_file(str(dropout_folders[0] / "model.safetensors")))  # the encoder's tensors, no more
+    files = os.listdir(tmp_path / "full")
+    assert "objective_state.pt" not in files and not any("mlp" in f for f in files)
+    model = SimCSE(str(tmp_path / "full"))
+    emb = model.encode(["a man is playing the guitar .", "the dog runs in the park ."])
+    assert tuple(emb.shape) == (2, 32)
+
+
+@pytest.mark.slow
+def test_gradient_caching_equals_the_whole_batch_and_is_refused_with_the_batchnorm_head(folders, tmp_path):
+    """batchnorm off (the model's cls MLP): --gradient_cache_chunk_size 3 trains to the weights of the whole
+    batch (dropout off, so the comparison is of the math); with the BatchNorm head it is refused at setup."""
+    from safetensors.torch import load_file
+
+    from conftest import run_training, training_error
+
+    args = {"batchnorm": False}
+    run_training(_train_argv(folders, tmp_path, tmp_path / "whole", loss_args=args, pooler="cls"))
+    run_training(_train_argv(folders, tmp_path, tmp_path / "gc", "--gradient_cache_chunk_size", "3", loss_args=args,
+                             pooler="cls"))
+    a, b = load_file(str(tmp_path / "whole" / "model.safetensors")), load_file(str(tmp_path / "gc" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=2e-5, rtol=1e-4), k
+    msg = training_error(_train_argv(folders, tmp_path, tmp_path / "refused", "--gradient_cache_chunk_size", "3"))
+    assert "--gradient_cache_chunk_size" in msg and "diffcse" in msg
