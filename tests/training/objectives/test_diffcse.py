@@ -77,15 +77,20 @@ def official_loss(enc, mlp, gen, disc, head, tokenizer, batch, gen_seed, lam=LAM
 
 
 # ----------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
+def _make_folders(root, dropout: float):
+    """A tiny random encoder and a tiny random BertForMaskedLM generator on its vocabulary."""
     from transformers import BertConfig, BertForMaskedLM
 
-    root = tmp_path_factory.mktemp("diffcse")
-    enc = make_tiny_model(root / "enc", "bert", seed=0, dropout=0.0)
+    enc = make_tiny_model(root / "enc", "bert", seed=0, dropout=dropout)
     torch.manual_seed(1)
     BertForMaskedLM(BertConfig.from_pretrained(enc)).save_pretrained(root / "gen")
     return enc, root / "gen"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Dropout off: the fidelity comparisons are of the math."""
+    return _make_folders(tmp_path_factory.mktemp("diffcse"), 0.0)
 
 
 def _perturb(module, seed, scale=0.5):
@@ -322,13 +327,7 @@ def _train_argv(folders, root, out, *extra, loss_args=None, pooler="cls_before_p
 @pytest.fixture(scope="module")
 def dropout_folders(tmp_path_factory):
     """An encoder and a generator with dropout on (0.1): resume must replay every random stream."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    root = tmp_path_factory.mktemp("diffcse_dropout")
-    enc = make_tiny_model(root / "enc", "bert", seed=0, dropout=0.1)
-    torch.manual_seed(1)
-    BertForMaskedLM(BertConfig.from_pretrained(enc)).save_pretrained(root / "gen")
-    return enc, root / "gen"
+    return _make_folders(tmp_path_factory.mktemp("diffcse_dropout"), 0.1)
 
 
 @pytest.mark.slow
