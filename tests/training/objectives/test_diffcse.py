@@ -104,6 +104,7 @@ def _build(folders, pooler="cls_before_pooler", **loss_args):
     from simcse.models.modeling import SimCSEModel
 
     enc, gen = folders
+    torch.manual_seed(0)  # the new MLP and the RTD head start from the global generator
     model = SimCSEModel.from_pretrained(str(enc), pooler_type=pooler, mlp_only_train=True, new_mlp_init="random").train()
     model.encoder.config._attn_implementation = "eager"  # as the official 2021 code (the copies inherit it)
     obj = build_objective("diffcse", {"generator_name": str(gen), **loss_args})
@@ -380,3 +381,77 @@ def test_gradient_caching_equals_the_whole_batch_and_is_refused_with_the_batchno
         assert torch.allclose(a[k], b[k], atol=2e-5, rtol=1e-4), k
     msg = training_error(_train_argv(folders, tmp_path, tmp_path / "refused", "--gradient_cache_chunk_size", "3"))
     assert "--gradient_cache_chunk_size" in msg and "diffcse" in msg
+
+
+# ----------------------------------------------------------------------------------------- two processes
+def _halves(model, obj, batch, world=2):
+    """Each rank's half of ``batch``, prepared with that rank's draws (rank is part of the seed)."""
+    out = []
+    for rank in range(world):
+        half = {k: t[rank * 4:(rank + 1) * 4] for k, t in batch.items()}
+        ctx = LossContext(model=model, seed=SEED, global_step=STEP, rank=rank, world=world)
+        out.append(obj.prepare_batch(half, ctx))
+    return out
+
+
+def _rank_loss(model, obj, half, **ctx):
+    b, v, length = half["input_ids"].shape
+    z = model(**{k: half[k].reshape(b * v, length) for k in ("input_ids", "attention_mask", "token_type_ids")})
+    context = LossContext(model=model, seed=SEED, global_step=STEP, full_batch=half, batch_size=b, **ctx)
+    z = z.view(b, v, -1)
+    return sum({**obj.loss(z, half, context), **obj.chunk_loss(z, half, context)}.values())
+
+
+def _gather_worker(rank: int, port: int, enc: str, gen: str, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from simcse.training.distributed import all_gather_with_grad
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    from pathlib import Path
+
+    model, obj = _build((Path(enc), Path(gen)), pooler="cls", batchnorm=False)
+    half = _halves(model, obj, _batch(model.tokenizer))[rank]
+    loss = _rank_loss(model, obj, half, rank=rank, world=2, gather=all_gather_with_grad)
+    loss.backward()
+    grads = {}
+    for n, p in [*model.named_parameters(), *(("objective." + n, p) for n, p in obj.named_parameters())]:
+        if p.grad is not None:
+            g = p.grad.clone()
+            dist.all_reduce(g)
+            grads[n] = g / 2  # DDP's average
+    lt = loss.detach().clone()
+    dist.all_reduce(lt)
+    if rank == 0:
+        torch.save({"loss": lt / 2, "grads": grads}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_processes_with_gathered_negatives_equal_one_process(folders, tmp_path):
+    """Two gloo processes, each with half the batch and its own (rank-seeded) edits, keys gathered: the mean loss
+    and the averaged gradients equal one process on the whole batch with the same edits (batchnorm off: the
+    official BatchNorm head normalises per process, as the official multi-GPU code does)."""
+    from conftest import free_port, run_processes
+
+    out = tmp_path / "rank0.pt"
+    run_processes(_gather_worker, (free_port(), str(folders[0]), str(folders[1]), str(out)), 2, timeout_s=240)
+    got = torch.load(out, weights_only=True)
+
+    model, obj = _build(folders, pooler="cls", batchnorm=False)
+    halves = _halves(model, obj, _batch(model.tokenizer))
+    whole = {k: torch.cat([h[k] for h in halves]) for k in halves[0]}
+    loss = _rank_loss(model, obj, whole)
+    loss.backward()
+    assert abs(float(got["loss"]) - float(loss)) < 1e-5
+    mine = {n: p.grad for n, p in [*model.named_parameters(), *(("objective." + n, p) for n, p in obj.named_parameters())]
+            if p.grad is not None}
+    assert set(mine) == set(got["grads"])
+    for n, g in mine.items():
+        if not n.endswith("attention.self.key.bias"):
+            assert float((g - got["grads"][n]).norm() / g.norm()) < 1e-4, n
