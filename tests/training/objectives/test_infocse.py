@@ -213,3 +213,105 @@ def test_setup_refusals(mlm_folder):
     with pytest.raises(ValueError, match="skip_from 6 exceeds the encoder's 2 layers"):
         obj.setup(SimCSEModel.from_pretrained(str(mlm_folder), pooler_type="cls_before_pooler"), None)
     assert not obj.supports_grad_cache
+
+
+# ----------------------------------------------------------------------------------------- gathered negatives
+def test_two_ranks_with_gathered_keys_equal_one_process(mlm_folder):
+    """Each of two ranks holds half the batch and its own (rank-seeded) masks; ``gather`` gives all ranks' keys
+    with the gradient on its own rows only (what all_gather_with_grad does, simulated in one process). The mean
+    of the ranks' losses and of their gradients equal one process with the whole batch's contrastive loss and the
+    ranks' MLM means (batchnorm off: the official BatchNorm head normalises per process)."""
+    model, obj = _perturbed(mlm_folder, batchnorm=False)
+    batch = reversed_pair_batch(model.tokenizer)
+    b, v, length = batch["input_ids"].shape
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    halves = []
+    for rank in range(2):
+        half = {k: t[rank * 4:(rank + 1) * 4] for k, t in batch.items()}
+        halves.append(obj.prepare_batch(half, LossContext(model=model, seed=SEED, global_step=STEP, rank=rank, world=2)))
+
+    def embed(part):
+        return model(**{k: part[k].reshape(-1, length) for k in keys}).view(-1, v, model.hidden_size)
+
+    def grads():
+        out = {n: p.grad.clone() for n, p in [*model.named_parameters(), *obj.named_parameters()] if p.grad is not None}
+        model.zero_grad()
+        obj.zero_grad()
+        return out
+
+    # both ranks in one graph: rank r's gather holds the other rank's keys with their graph, so backward sums
+    # every rank's loss into every rank's rows (all_gather_with_grad's all_reduce), then / 2 (DDP's average)
+    zs = [embed(h) for h in halves]
+    positives = [obj._project(z)[:, 1] for z in zs]
+    total = 0.0
+    for rank, (z, half) in enumerate(zip(zs, halves)):
+        def gather(t, rank=rank):
+            return torch.cat([t if i == rank else positives[i] for i in range(2)])
+
+        context = LossContext(model=model, full_batch=half, batch_size=4, rank=rank, world=2, gather=gather)
+        total = total + sum({**obj.loss(z, half, context), **obj.chunk_loss(z, half, context)}.values()) / 2
+    total.backward()
+    total, summed = float(total), grads()
+    # one process: the contrastive loss of the whole batch; the MLM term is each rank's mean over its own masked
+    # tokens, averaged (as DDP averages the official per-GPU means)
+    whole = {k: torch.cat([h[k] for h in halves]) for k in halves[0]}
+    context = LossContext(model=model, full_batch=whole, batch_size=b)
+    loss = obj.loss(embed(whole), whole, context)["contrastive"]
+    for half in halves:
+        loss = loss + obj.chunk_loss(embed(half), half, LossContext(model=model, full_batch=half))["mlm"] / 2
+    loss.backward()
+    assert abs(total - float(loss)) < 1e-5
+    single = grads()
+    assert set(single) == set(summed)
+    for n, g in single.items():
+        if not n.endswith("attention.self.key.bias"):
+            assert float((g - summed[n]).norm() / g.norm()) < 1e-4, n
+
+
+# ----------------------------------------------------------------------------------------- through the trainer
+def _train_argv(folder, root, out, *extra, **loss_args):
+    import json
+
+    from conftest import random_sentences
+
+    train = root / "train.txt"
+    if not train.exists():
+        train.write_text("\n".join(random_sentences(48, seed=7)) + "\n")
+    args = {"mlm_weight": 0.5, "skip_from": 1, **loss_args}
+    return ["--model_name_or_path", str(folder), "--pooler_type", "cls_before_pooler", "--train_file", str(train),
+            "--output_dir", str(out), "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
+            "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "3", "--eval_strategy", "no",
+            "--logging_steps", "1", "--report_to", "none", "--use_cpu", "true", "--dataloader_pin_memory", "false",
+            "--eval_before_training", "false", "--test_after_training", "false", "--seed", "0",
+            "--loss", "infocse", "--loss_args", json.dumps(args), *extra]
+
+
+@pytest.mark.slow
+def test_resume_mid_run_equals_the_uninterrupted_run_and_the_folder_is_the_encoder(tmp_path):
+    """Dropout on, the frozen network in training mode (its dropout seeded too): 6 steps with checkpoint-3 and a
+    run resumed from it end with the same losses of steps 4-6 and bitwise the same weights; the saved folder
+    holds the encoder only and loads in SimCSE; gradient caching is refused in one line."""
+    import os
+
+    from safetensors.torch import load_file
+
+    from conftest import logged_losses, make_mlm_model, run_training, training_error
+    from simcse import SimCSE
+
+    folder = make_mlm_model(tmp_path / "model", dropout=0.1)
+    full = run_training(_train_argv(folder, tmp_path, tmp_path / "full", mlm_eval=False))
+    resumed = run_training(_train_argv(folder, tmp_path, tmp_path / "resumed", "--resume_from_checkpoint",
+                                       str(tmp_path / "full" / "checkpoint-3"), mlm_eval=False))
+    losses = logged_losses(full)
+    assert logged_losses(resumed)[-3:] == losses[-3:] and len(set(losses)) == 6
+    assert all(h["loss_mlm"] > 0 for h in full.state.log_history if "loss" in h and "loss_mlm" in h)
+    a, b = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state = torch.load(tmp_path / "full" / "checkpoint-3" / "objective_state.pt", weights_only=True)
+    assert any(k.startswith("c_head.") for k in state) and any(k.startswith("lm_head.") for k in state)
+    assert not any(k.startswith(("c_head", "lm_head", "frozen", "head", "cls.")) for k in a)
+    assert len(a) <= len(load_file(str(folder / "model.safetensors")))
+    assert not any("mlp" in f or f == "objective_state.pt" for f in os.listdir(tmp_path / "full"))
+    assert tuple(SimCSE(str(tmp_path / "full")).encode(["a man is playing the guitar ."]).shape) == (1, 32)
+    msg = training_error(_train_argv(folder, tmp_path, tmp_path / "gc", "--gradient_cache_chunk_size", "4"))
+    assert "--gradient_cache_chunk_size" in msg and "infocse" in msg
