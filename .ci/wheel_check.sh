@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# The installed wheel is the whole product: build it, install it into a fresh venv in a temporary folder outside
-# the checkout, and run `simcse download`, `evaluate` (dev mode, tiny model), a 3-step `train` from a packaged
-# config, `encode` and `python -m simcse` there. Run by .ci/run with the CI venv active.
+# The installed wheel is the whole product: build it, check that it holds the library only (no benchmark or
+# GPU-check module), install it into a fresh venv in a temporary folder outside the checkout, and run `simcse
+# download`, `evaluate` (dev mode, tiny model), a 3-step `train` from a packaged config, `encode` and
+# `python -m simcse` there. Run by .ci/run with the CI venv active.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=$(command -v python)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/simcse-wheel.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 start=$(date +%s)
+# only the wheel may provide simcse in the fresh venv: a checkout on PYTHONPATH would make pip skip the install
+unset PYTHONPATH
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" "$ROOT"
+# the wheel is the library only: no benchmark, GPU-check or other script module, no GEMM-ceiling measurement
+"$PY" - "$TMP"/dist/simcse-*.whl <<'EOF'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    names = z.namelist()
+    flops = z.read("simcse/research/flops.py").decode()
+bad = [n for n in names if re.search(r"(^|/)(scripts|benchmarks?|gpu_check|tests)/|bench|gpu_(check|parts|bundle)", n)]
+assert not bad, f"benchmark / GPU-check / script files in the wheel: {bad}"
+assert "gemm_ceiling" not in flops and "repeat_until_stable" not in flops, "the GEMM-ceiling measurement is in the wheel"
+outside = [n for n in names if n.split("/")[0] != "simcse" and not n.split("/")[0].endswith(".dist-info")]
+assert not outside, f"files outside simcse/ in the wheel: {outside}"
+print(f"[wheel] {len(names)} files, all under simcse/ (+ dist-info): no benchmark or GPU-check module")
+EOF
 "$PY" -m venv --without-pip "$TMP/venv"
 # The dependencies (torch, transformers...) come from the CI venv through one .pth path line instead of a second
 # download. Only that folder is added: the .pth files inside it (the CI venv's editable simcse) are not run, so
@@ -18,7 +34,6 @@ site_new=$("$TMP/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path
 "$PY" -m pip --python "$TMP/venv/bin/python" install -q --no-deps --no-index "$TMP"/dist/simcse-*.whl
 
 cd "$TMP"
-unset PYTHONPATH
 export PATH="$TMP/venv/bin:$PATH" HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
 python - <<'EOF'
 import sys, simcse
@@ -30,18 +45,9 @@ simcse download senteval
 simcse download wiki
 unset SIMCSE_DATA_MIRROR SIMCSE_SENTEVAL_DIR  # from here on the downloaded data/ is what is read
 python - <<'EOF'
-# a tiny random BERT with its own vocabulary (the CI has no model hub)
-from pathlib import Path
-import torch
-from transformers import BertConfig, BertModel, BertTokenizerFast
-words = "a the man woman dog cat is are playing riding guitar horse car road park runs sits on in with and of".split()
-Path("tiny").mkdir()
-Path("tiny/vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
-tok = BertTokenizerFast(vocab="tiny/vocab.txt", do_lower_case=True)
-torch.manual_seed(0)
-BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)).save_pretrained("tiny")
-tok.save_pretrained("tiny")
+# a tiny random BERT with its own vocabulary (the CI has no model hub), from the wheel's own builder
+from simcse.models.testing import tiny_encoder
+tiny_encoder("tiny", positions=128)
 EOF
 simcse evaluate --model_name_or_path tiny --mode dev --task_set sts --quiet --batch_size 256 | tail -4
 simcse train --config unsup_cpu_minilm --model_name_or_path tiny --output_dir out --max_steps 3 --eval_steps 3 \

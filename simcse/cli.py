@@ -38,7 +38,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simcse.files.errors import UsageError
+from simcse.files.errors import UsageError, running_command
 from simcse.interop.commands import cmd_convert, cmd_export
 from simcse.retrieval.commands import cmd_encode, cmd_index, cmd_search
 
@@ -54,7 +54,8 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder or index records; cls for a plain HF encoder)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-length", type=int, default=128, help="truncation in tokens")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="truncation in tokens (default 128; for an --index, the one it was built with)")
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32")
 
 
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("train", help="train ('simcse train --help'; --config NAME for a packaged config)", add_help=False)
     sub.add_parser("evaluate", help="SentEval STS/transfer evaluation ('simcse evaluate --help')", add_help=False)
     sub.add_parser("download", help="get wiki, nli or senteval data ('simcse download --help')", add_help=False)
+    p.sub_commands = sub.choices  # name -> its parser: errors about its arguments are its own (main)
     return p
 
 
@@ -198,10 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         # train/evaluate own their argument parsing (and --help): hand everything after the name over
-        if argv and argv[0] in PASS_THROUGH:
-            return PASS_THROUGH[argv[0]](argv[1:])
+        if argv and argv[0] in PASS_THROUGH:  # their parsers name "simcse <name>" (simcse.files.errors.command_prog)
+            with running_command(argv[0]):
+                return PASS_THROUGH[argv[0]](argv[1:])
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # argparse would name the top parser ("simcse: error: unrecognized arguments")
+            (parser.sub_commands.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE

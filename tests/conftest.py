@@ -21,15 +21,13 @@ from hypothesis import strategies as st
 from hypothesis import HealthCheck, settings
 
 from simcse.evaluation import data as D
+from simcse.models.testing import WORDS as _TINY_WORDS
+from simcse.models.testing import SPECIAL_TOKENS, tiny_encoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-WORDS = (
-    "a an the man woman child dog cat horse is are was playing riding eating cutting guitar flute bread "
-    "onion car road park walks runs sits on in with and of to . , red blue big small young old music "
-    "plays sings dances jumps food table house tree water ball"
-).split()
+WORDS = _TINY_WORDS  # the tiny models' vocabulary (simcse.models.testing)
 
 SENTENCES = [
     "a man is playing the guitar .",
@@ -48,33 +46,16 @@ SENTENCES = [
 
 
 def _write_vocab(path):
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    """Write the tiny models' vocabulary file (special tokens, then :data:`WORDS`) to ``path``; its size."""
+    vocab = [*SPECIAL_TOKENS, *WORDS]
     path.write_text("\n".join(vocab) + "\n")
     return len(vocab)
 
 
 def make_tiny_model(folder, arch: str = "bert", seed: int = 0, dropout: float = 0.1):
-    """Save a tiny random ``arch`` ('bert' or 'roberta') encoder + tokenizer into ``folder``; return folder."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab_size = _write_vocab(folder / "vocab.txt")
-    tok = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
-    assert tok.vocab_size == vocab_size, "tokenizer did not read the test vocabulary"
-    torch.manual_seed(seed)
-    common = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
-                  attention_probs_dropout_prob=dropout)
-    if arch == "bert":
-        model = BertModel(BertConfig(**common))
-    elif arch == "roberta":
-        # RoBERTa layout (no token types, padding_idx offset positions) with a WordPiece vocab is enough here.
-        model = RobertaModel(RobertaConfig(pad_token_id=0, bos_token_id=2, eos_token_id=3, type_vocab_size=1, **common))
-    else:
-        raise ValueError(arch)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    """Save a tiny random ``arch`` ('bert' or 'roberta') encoder + tokenizer into ``folder``; return folder
+    (:func:`simcse.models.testing.tiny_encoder`: 2 layers, hidden 32, 64 positions, vocabulary :data:`WORDS`)."""
+    return tiny_encoder(folder, arch=arch, seed=seed, dropout=dropout)
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +164,8 @@ def logged_losses(trainer) -> list[float]:
 
 
 def load_script(name: str, module_name: str | None = None):
-    """Import ``scripts/<name>.py`` as a module (scripts are not a package), fresh on every call."""
+    """Import the user entry point ``scripts/<name>.py`` from its file, fresh on every call (the benchmarks and the GPU
+    check are imported as ``scripts.benchmarks.*`` / ``scripts.gpu_check.*``)."""
     import importlib.util
     from pathlib import Path
 

@@ -289,3 +289,23 @@ def test_search_on_a_folder_that_holds_no_index(tmp_path, tiny_bert_dir, capsys)
     assert "simcse_index.json is missing: pass --model" in capsys.readouterr().err
     assert cli.main(["search", "--index", str(tmp_path / "idx"), "--model", str(tiny_bert_dir), "--query", "a man"]) == 2
     assert "is not a saved index: index_config.json is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted({*cli.COMMANDS, *cli.PASS_THROUGH}))
+def test_every_sub_command_usage_and_errors_name_simcse_and_the_command(name, capsys, monkeypatch):
+    """As under ``python -m simcse`` (argv[0] ``__main__.py``): usage and argparse errors say ``simcse <name>``."""
+    monkeypatch.setattr(sys, "argv", ["/x/simcse/__main__.py", name, "--help"])
+    try:
+        status = cli.main([name, "--help"])
+    except SystemExit as e:
+        status = e.code
+    assert status == 0
+    assert capsys.readouterr().out.startswith(f"usage: simcse {name} ")
+    if name == "train":  # its parser's errors are its own one-line "error: ..." (no usage)
+        return
+    try:
+        cli.main([name, "--no-such-option"])
+    except SystemExit:
+        pass
+    err = capsys.readouterr().err
+    assert f"usage: simcse {name} " in err and f"simcse {name}: error:" in err, err

@@ -1,7 +1,8 @@
 """The package's shape: wings by layer, every import pointing down, no import cycle (also none inside a function).
 
 The order, from the ground up (README.md, "Layout"): files, models, interop, evaluation, retrieval, training,
-serving, research, then ``simcse/cli.py`` and the package's face (``simcse/__init__.py``, ``__main__.py``). A
+serving, research, then ``simcse/cli.py`` and the package's face (``simcse/__init__.py``, ``__main__.py``, and
+the reference's module paths ``tool.py``, ``trainers.py``). A
 module may import its own wing and any wing below it. ``simcse/version.py`` is on the ground floor.
 """
 from __future__ import annotations
@@ -14,6 +15,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "simcse"
 ORDER = ["files", "models", "interop", "evaluation", "retrieval", "training", "serving", "research", "cli", "face"]
 GROUND_MODULES = {"simcse.version"}
+# the reference code's public module paths, kept at the top as part of the package's face (aliases and errors
+# naming the replacement, nothing else): simcse.tool, simcse.trainers
+FACE_MODULES = {"__main__", "tool", "trainers"}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -52,7 +56,7 @@ def wing(module: str) -> str:
     if module in GROUND_MODULES:
         return "files"
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] == "__main__":
+    if len(parts) == 1 or parts[1] in FACE_MODULES:
         return "face"
     return parts[1]
 
@@ -116,6 +120,25 @@ def test_every_import_points_down_the_wings():
 def test_every_module_sits_in_a_wing():
     stray = [m for m in graph(PACKAGE) if wing(m) not in ORDER]
     assert stray == [], f"modules outside the wings {ORDER}: {stray}"
+
+
+def tooling_imports(root: Path) -> list[str]:
+    """``module -> name`` for every import of the checkout's tooling (``scripts``, the tests) inside the package."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            out += [f"{module_name(path, root)} -> {n}" for n in names if n.split(".")[0] in ("scripts", "tests", "conftest")]
+    return out
+
+
+def test_the_package_imports_none_of_the_tooling(tmp_path):
+    # the benchmarks and the GPU check live in scripts/, outside the wheel: the package must not need them
+    assert tooling_imports(PACKAGE) == []
+    bad = _write(tmp_path, {"__init__.py": "", "research/__init__.py": "",
+                            "research/x.py": "def f():\n    from scripts.benchmarks.common import REPO\n"})
+    assert tooling_imports(bad) == ["simcse.research.x -> scripts.benchmarks.common"]
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

@@ -26,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
+from simcse.files.errors import command_prog
+
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
 TASK_SETS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
     "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],
@@ -43,7 +45,8 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsHelp)
+    p = argparse.ArgumentParser(prog=command_prog("evaluate"), description=__doc__.split("\n\n")[0],
+                                formatter_class=_DefaultsHelp)
     p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
     p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one the model folder records (simcse_config.json or a sentence-transformers "
                    "1_Pooling; another --pooler is then an error, as in SimCSE(folder, pooler=...)), for the "

@@ -4,7 +4,7 @@ or a folder written by ``Dataset.save_to_disk``.
 One home for opening such a source (training, ``simcse encode`` and ``simcse index`` all come here):
 :func:`load_dataset_source` returns a ``datasets.Dataset`` (or, with ``streaming=True``, a
 ``datasets.IterableDataset`` read lazily), :func:`column_names` and :func:`require_columns` check what it holds,
-and :func:`dataset_texts` yields one column as strings. :class:`DatasetRef` names one column of one split,
+and :func:`dataset_rows` yields one column as numbered strings. :class:`DatasetRef` names one column of one split,
 for the readers that take a file or a dataset alike (``simcse encode``, ``simcse index``, the shard encoder).
 
 * A folder with ``state.json`` (one split) or ``dataset_dict.json`` (several) is a ``save_to_disk`` folder:
@@ -115,22 +115,29 @@ def require_columns(have: list[str], wanted: dict[str, str], name: str) -> None:
         raise ValueError(f"dataset {name!r} has no column {parts}; its columns: {have}")
 
 
-def dataset_texts(name: str, column: str = "text", config: str | None = None, split: str = "train",
-                  data_files=None, streaming: bool = False) -> Iterator[str]:
-    """The ``column`` of a dataset (:func:`load_dataset_source`) as strings, in row order; lazily with ``streaming``.
+def dataset_rows(name: str, column: str = "text", config: str | None = None, split: str = "train",
+                 data_files=None, streaming: bool = False) -> Iterator[tuple[int, str]]:
+    """``(row number, text)`` of a dataset's ``column`` (:func:`load_dataset_source`) in row order, rows numbered
+    from 1 (as file lines are); lazily with ``streaming``. Cells are read by the one rule of every source
+    (:func:`simcse.files.inputs.cell_text`): a missing value is a blank row, a number is not text.
 
     Raises:
         ValueError: see :func:`load_dataset_source`; a missing column (the message lists the columns); a cell
-            that is not a string (the message names the row).
+            that is neither text nor missing (the message names the row and the type).
     """
+    from simcse.files.inputs import cell_text
+
     ds = load_dataset_source(name, config, split, data_files, streaming)
     require_columns(column_names(ds), {"--sentence_column": column}, name)
     ds = ds.select_columns([column])
-    for i, row in enumerate(ds):
-        value = row[column]
-        if not isinstance(value, str):
-            raise ValueError(f"dataset {name!r}, row {i}: column {column!r} holds {type(value).__name__}, not text")
-        yield value
+    for n, row in enumerate(ds, 1):
+        yield n, cell_text(row[column], lambda: f"dataset {name!r}, row {n}: column {column!r}")
+
+
+def dataset_texts(name: str, column: str = "text", config: str | None = None, split: str = "train",
+                  data_files=None, streaming: bool = False) -> Iterator[str]:
+    """The texts of :func:`dataset_rows` (missing values as ``""``), in row order."""
+    return (text for _, text in dataset_rows(name, column, config, split, data_files, streaming))
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,10 @@ class DatasetRef:
     """One text column of one split of a dataset, as a sentence source (``simcse encode/index --dataset_name``).
 
     Attributes mirror :func:`load_dataset_source`: ``name``, ``config``, ``split``, ``data_files``, ``streaming``
-    (read lazily, never loaded whole), and ``column`` (the sentence column, ``text`` by default).
+    (read lazily, never loaded whole), and ``column`` (the sentence column, ``text`` by default). A ``name`` that
+    is an existing local folder is kept as its absolute path (``./corpus``, ``corpus`` and ``/abs/corpus`` are one
+    dataset, and a record read from another working folder still names it, not a Hub id). :meth:`identity` is
+    what tells two references apart: ``streaming`` is how the rows are read, not which rows.
     """
 
     name: str
@@ -148,14 +158,22 @@ class DatasetRef:
     data_files: str | None = None
     streaming: bool = False
 
+    def __post_init__(self):
+        local = Path(self.name).expanduser() if isinstance(self.name, str) and self.name else None
+        if local is not None and local.exists():
+            object.__setattr__(self, "name", str(local.resolve()))
+
+    def identity(self) -> dict:
+        """The fields that decide which rows are read (all but ``streaming``), JSON-ready."""
+        return {k: v for k, v in asdict(self).items() if k != "streaming"}
+
     def rows(self) -> Iterator[tuple[int, str]]:
-        """``(row number, text)`` in dataset order, numbered from 1 (as file lines are).
+        """``(row number, text)`` in dataset order, numbered from 1 (as file lines are; :func:`dataset_rows`).
 
         Raises:
-            ValueError: see :func:`dataset_texts`.
+            ValueError: see :func:`dataset_rows`.
         """
-        return enumerate(dataset_texts(self.name, self.column, self.config, self.split, self.data_files,
-                                       self.streaming), 1)
+        return dataset_rows(self.name, self.column, self.config, self.split, self.data_files, self.streaming)
 
     def check(self) -> DatasetRef:
         """Open the dataset and check its column now (before a model is loaded); returns ``self``.

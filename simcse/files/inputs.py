@@ -110,7 +110,7 @@ def sentence_rows(path: str | os.PathLike, column: str | None = None) -> Iterato
       number is the record's first line. A line break character (``"\\r"``) in an unquoted cell is an
       error naming the line.
     * JSONL: each non-blank line is a JSON string, or an object whose ``column`` field is a string (the field
-      may be omitted when every object has a single field).
+      may be omitted when every object has a single field); a ``null`` is a blank record (:func:`cell_text`).
 
     Raises:
         ValueError: ``column`` given for a text file; a missing or unknown column (the message lists the
@@ -187,13 +187,35 @@ def _jsonl_rows(p: Path, column: str | None) -> Iterator[tuple[int, str]]:
                 value = value[column]
         elif column is not None:
             raise ValueError(f"{p}:{n}: a JSON {type(value).__name__}, not an object with field {column!r}")
-        if not isinstance(value, str):
-            raise ValueError(f"{p}:{n}: expected a string sentence, got JSON {type(value).__name__} {str(value)[:40]!r}")
+        value = cell_text(value, f"{p}:{n}: the sentence")  # null: a blank record; a number: an error
         bad = lone_surrogate(value)
         if bad is not None:
             raise ValueError(f"{p}:{n}: the sentence holds {bad} (a \\u escape without its pair); expected valid "
                              "Unicode")
         yield n, value
+
+
+def cell_text(value, where) -> str:
+    """The text of one cell of any sentence source, by one rule (files, datasets, training and the tool alike).
+
+    A str is itself. A missing value -- None (what ``datasets`` gives for an empty CSV cell or a JSON null) or a
+    float NaN (what pandas gives) -- is ``""``: a blank record, skipped with ``--skip-blank`` / dropped from
+    training as a blank line is. Any other value (a number, a list, ...) is not text and is reported as such.
+
+    Args:
+        value: the cell.
+        where: a str, or a callable giving one (built only for an error), naming the cell, e.g.
+            ``"dataset 'd', row 3: column 'id'"`` (rows are numbered from 1 everywhere, as file lines are).
+
+    Raises:
+        ValueError: ``"<where> holds int 7, not text"``.
+    """
+    if isinstance(value, str):
+        return value
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    place = where() if callable(where) else where
+    raise ValueError(f"{place} holds {type(value).__name__} {str(value)[:40]!r}, not text")
 
 
 def iter_sentences(path: Path, column: str | None = None) -> Iterator[str]:

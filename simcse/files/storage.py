@@ -5,9 +5,10 @@ A failed write shows up in different shapes: ``OSError`` (``ENOSPC``, ``EFBIG``,
 writer ``RuntimeError("... unexpected pos 576 vs 534")`` (a short write). :func:`writing` recognises them all
 and raises :class:`WriteError` (an ``OSError`` with the original ``errno`` where known) whose message names what
 was being written, the folder, and the space it needs against the space free (and the file size limit,
-``ulimit -f``, when one is set). Cleaning up half-written files is the writer's job (atomic saves); this
-module only reports. :func:`check_room` reports a folder that clearly cannot hold what a run will write
-before the run starts.
+``ulimit -f``, when one is set). Cleaning up half-written files is the writer's job (atomic saves: a temporary
+sibling removed in a ``finally``); :func:`writing` makes a termination signal (SIGTERM, SIGHUP) run that clean-up
+too (:func:`signals_end_the_write`). :func:`check_room` reports a folder that clearly cannot hold what a run will
+write before the run starts.
 """
 from __future__ import annotations
 
@@ -103,15 +104,49 @@ def describe(what: str, folder: str | os.PathLike, exc: BaseException, needed: i
     return f"could not write {what} to {str(folder)!r}: {reason} ({'; '.join(s for s in space if s)})"
 
 
+TERMINATION_SIGNALS = ("SIGTERM", "SIGHUP")  # their default action ends the process without running `finally`
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)  # the shell's status for a process ended by that signal (143 for SIGTERM)
+
+
+@contextmanager
+def signals_end_the_write():
+    """Within the block, SIGTERM / SIGHUP raise ``SystemExit(128 + signal)`` instead of ending the process at once,
+    so the ``finally`` clauses and context managers around the block remove its temporary files (a kill -TERM
+    during ``simcse encode`` leaves no ``.x.npy.partial``) and the process then exits with the status a shell
+    gives a process ended by that signal. Only a signal whose handler is the default is changed (a run that
+    saves on SIGTERM keeps its own handler), only in the main thread (Python runs handlers there), and the
+    handlers are put back when the block ends."""
+    import signal
+    import threading
+
+    changed = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in TERMINATION_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
+                changed[sig] = signal.signal(sig, _exit_on_signal)
+    try:
+        yield
+    finally:
+        for sig, old in changed.items():
+            signal.signal(sig, old)
+
+
 @contextmanager
 def writing(what: str, folder: str | os.PathLike, needed: int | None = None):
-    """Turn a write failure inside the block into :class:`WriteError` (message from :func:`describe`).
+    """Turn a write failure inside the block into :class:`WriteError` (message from :func:`describe`); a
+    termination signal during the block ends it as an error does (:func:`signals_end_the_write`), so the
+    writer's clean-up runs.
 
     A :class:`WriteError` of an inner block is reported again with this block's ``what`` and ``folder`` (the
     outermost block names the whole thing being written). Other exceptions pass unchanged.
     """
     try:
-        yield
+        with signals_end_the_write():
+            yield
     except Exception as e:  # noqa: BLE001 -- filtered by write_errno; everything else is re-raised as is
         code = write_errno(e)
         if code is False:

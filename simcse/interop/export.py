@@ -111,6 +111,7 @@ _HF_READING = {
     "avg_first_last": "the mean over tokens (attention_mask) of the average of hidden_states[1] and hidden_states[-1]",
     "avg_first_last_embeddings": "the mean over tokens (attention_mask) of the average of hidden_states[0] and "
                                  "hidden_states[-1]",
+    "last_token": "last_hidden_state at each row's last position where attention_mask is 1",
 }
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simcse.files.storage import signals_end_the_write
 from simcse.models.folder import model_fingerprint
 
 ONNX_SUBDIR = "onnx"
@@ -148,26 +149,27 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".onnx-tmp-", dir=out))
     try:
-        fp32 = tmp / ONNX_FP32_NAME
-        _export_fp32(model, fp32, input_names, opset)
-        optimized = optimize and _optimize(fp32, model)
-        files = [ONNX_FP32_NAME]
-        if quantize == "int8":
-            quantize_int8(fp32, tmp / ONNX_INT8_NAME)
-            files.append(ONNX_INT8_NAME)
-        meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
-                "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
-                "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
-                "ort_optimized": bool(optimized), "opset": opset,
-                "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
-        (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
-            model.tokenizer.save_pretrained(out)
-            (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
-        dest = out / ONNX_SUBDIR
-        dest.mkdir(exist_ok=True)
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, dest / f.name)
+        with signals_end_the_write():  # a SIGTERM removes the temporary folder too
+            fp32 = tmp / ONNX_FP32_NAME
+            _export_fp32(model, fp32, input_names, opset)
+            optimized = optimize and _optimize(fp32, model)
+            files = [ONNX_FP32_NAME]
+            if quantize == "int8":
+                quantize_int8(fp32, tmp / ONNX_INT8_NAME)
+                files.append(ONNX_INT8_NAME)
+            meta = {"format_version": 1, "pooler_type": model.pooler_type, "mlp_only_train": model.mlp_only_train,
+                    "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
+                    "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
+                    "ort_optimized": bool(optimized), "opset": opset,
+                    "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
+            (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+            if not holds_model:  # a model's folder keeps its own files: the export only adds onnx/
+                model.tokenizer.save_pretrained(out)
+                (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
+            dest = out / ONNX_SUBDIR
+            dest.mkdir(exist_ok=True)
+            for f in sorted(tmp.iterdir()):
+                os.replace(f, dest / f.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -217,6 +219,9 @@ class ONNXEncoder:
         self.input_names = list(self.meta["input_names"])
         self.device = torch.device("cpu")
         self.training = False
+        saved = folder / "simcse_config.json"
+        cfg = json.loads(saved.read_text()) if saved.is_file() else {}
+        self.prompts, self.default_prompt_name = dict(cfg.get("prompts") or {}), cfg.get("default_prompt_name")
 
     def fingerprint(self) -> str:
         """The identity of what this encoder computes (:func:`simcse.models.folder.model_fingerprint`): the fp32
@@ -244,7 +249,8 @@ class ONNXEncoder:
         return self
 
     def encode(self, sentences: list[str], batch_size: int = 64, max_length: int = 128, device=None,
-               show_progress: bool = False, normalize: bool = False, dtype=None) -> np.ndarray:
+               show_progress: bool = False, normalize: bool = False, dtype=None, prompt: str | None = None,
+               prompt_name: str | None = None) -> np.ndarray:
         """Embed ``sentences``; float32 (N, H) in input order (the contract of :meth:`SimCSEModel.encode`).
 
         Tokenisation and batching are the torch encoder's (:meth:`SimCSEModel.encode`): batches cut from the
@@ -260,6 +266,9 @@ class ONNXEncoder:
         from simcse.models.modeling import SimCSEModel
 
         SimCSEModel._check_encode_args(self, sentences, batch_size, max_length)
+        prefix = SimCSEModel.prompt_text(self, prompt, prompt_name)  # the folder's saved prompts, as the torch model
+        if prefix:
+            sentences = [prefix + s for s in sentences]
         if device is not None:
             self.to(device)
         n = len(sentences)

@@ -37,6 +37,7 @@ _POOLER_TEXT = {
     "avg": "the attention-masked mean of the last layer",
     "avg_top2": "the attention-masked mean of the average of the last two layers",
     "avg_first_last": "the attention-masked mean of the average of the first and the last layer",
+    "last_token": "the last layer's state of each sentence's last real token",
 }
 _CITATION = """@inproceedings{gao2021simcse,
    title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
@@ -100,6 +101,9 @@ def _usage(pooler: str, name: str, st_ok: bool) -> str:
         hf = "emb = out.pooler_output  # the encoder's pooler holds the SimCSE MLP"
     elif pooler == "cls_before_pooler":
         hf = "emb = out.last_hidden_state[:, 0]"
+    elif pooler == "last_token":
+        hf = ("last = batch[\"attention_mask\"].sum(1) - 1  # right padding\n"
+              "emb = out.last_hidden_state[torch.arange(len(last)), last]")
     else:
         layers = {"avg": "out.last_hidden_state", "avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
                   "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2"}[pooler]

@@ -41,7 +41,7 @@ TRAIN_COMMAND_NAME = "simcse_train_command.txt"  # in a training checkpoint-N: t
 
 FORMAT_VERSION = 1
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.safetensors")
 
 def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """True when ``path`` is a local folder (checked for weights); False for a hub name.
@@ -168,6 +168,13 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
                          "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
     import pickle
 
+    if _is_adapter_folder(path):  # LoRA adapter + base reference (simcse.models.lora)
+        from simcse.models.lora import load_lora_encoder
+
+        cfg = SavedFolder.read_simcse_config(path) or {}
+        overrides = {"is_causal": False} if cfg.get("bidirectional") else {}
+        with quiet_transformers_bars():
+            return load_lora_encoder(path, overrides, **{k: v for k, v in kwargs.items() if k != "weights_only"}), None
     try:
         with quiet_transformers_bars():
             encoder = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
@@ -183,6 +190,12 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
         return encoder, None
     encoder.pooler = None
     return encoder, hf_pooler
+
+
+def _is_adapter_folder(path) -> bool:
+    """A local folder holding a LoRA adapter (``adapter_config.json``) instead of full encoder weights."""
+    p = Path(path)
+    return (p / "adapter_config.json").is_file() and not any((p / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
 
 
 def _refuse_pickle(path: str, e: Exception) -> None:
@@ -235,21 +248,58 @@ def _pooler_dense(hf_pooler) -> nn.Linear | None:
     return dense if isinstance(dense, nn.Linear) else None
 
 
-def model_fingerprint(model) -> str:
+# init options of a tokenizer that say where it was read from, not how it tokenises (and padding_side, which
+# every encode of this package sets to "right" itself)
+_TOKENIZER_LOCATION_KEYS = ("name_or_path", "is_local", "local_files_only", "cache_dir", "padding_side")
+
+
+def tokenizer_settings(tok) -> dict:
+    """Everything of a tokenizer that decides the ids it gives a text, as JSON-ready data without locations.
+
+    The class; for a ``tokenizers``-backed tokenizer its whole pipeline (``backend_tokenizer.to_str()``: the
+    normaliser with lower-casing and accent stripping, the pre-tokeniser, the model and its vocabulary, the
+    post-processor, the added tokens; without the per-call truncation/padding state), else the vocabulary; and
+    the plain options it was made with (``do_lower_case``, ``strip_accents``, ``model_max_length``, ...; not
+    file names or locations). Two tokenizers with equal settings give every text the same ids.
+    """
+    out: dict = {"class": type(tok).__name__}
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "to_str"):
+        spec = json.loads(backend.to_str())
+        spec.pop("truncation", None)
+        spec.pop("padding", None)
+        out["pipeline"] = spec
+    else:
+        out["vocab"] = sorted(tok.get_vocab().items())
+    options = {}
+    for key, value in sorted(getattr(tok, "init_kwargs", {}).items()):
+        if key in _TOKENIZER_LOCATION_KEYS or key.endswith(("_file", "_dir", "_path")):
+            continue
+        if value is None or isinstance(value, (bool, int, float, str)):
+            options[key] = value
+    out["options"] = options
+    return out
+
+
+def model_fingerprint(model, legacy: bool = False) -> str:
     """What a model computes, as ``"sha256:<hex>"``: the one identity of a model for every record that ties
     vectors to the model that made them (shard runs of ``simcse encode``, indexes built from shards, saved
     indexes).
 
     It hashes the content, not the location: every weight tensor and buffer that encoding uses (name, dtype,
-    shape, bytes, in name order; not an MLM head, nor the MLP of an ``mlp_only_train`` model), the pooler, ``mlp_only_train`` and the tokenizer's class and vocabulary. So the same folder
-    spelled ``./model`` or by its absolute path, or copied elsewhere, has one fingerprint, and a model
-    retrained in place into the same folder has another. Cost: one SHA-256 pass over the weights (the
+    shape, bytes, in name order; not an MLM head, nor the MLP of an ``mlp_only_train`` model), the pooler,
+    ``mlp_only_train`` and the tokenizer's settings (:func:`tokenizer_settings`: its pipeline with the
+    vocabulary, lower-casing and the other options that decide the ids). So the same folder spelled ``./model``
+    or by its absolute path, or copied elsewhere, has one fingerprint, and a model retrained in place into the
+    same folder, or whose tokenizer now lower-cases, has another. Cost: one SHA-256 pass over the weights (the
     ``SimCSE`` tool computes it once, when first needed). An object with its own ``fingerprint()`` (the ONNX
     encoder) gives that.
 
     Args:
         model: a :class:`simcse.SimCSEModel` (any ``nn.Module`` with ``pooler_type``) or an object with a
             ``fingerprint()`` method.
+        legacy: the fingerprint of earlier versions (tokenizer class and vocabulary only), which records written
+            before tokenizer settings were covered hold.
 
     Raises:
         TypeError: ``model`` is neither.
@@ -274,6 +324,9 @@ def model_fingerprint(model) -> str:
     if tok is not None:
         h.update(type(tok).__name__.encode())
         h.update(json.dumps(sorted(tok.get_vocab().items())).encode("utf-8", "surrogatepass"))
+        if not legacy:
+            h.update(b"tokenizer settings|")
+            h.update(json.dumps(tokenizer_settings(tok), sort_keys=True).encode("utf-8", "surrogatepass"))
     return "sha256:" + h.hexdigest()
 
 
@@ -282,15 +335,28 @@ class SavedFolder:
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
-        return {
+        from simcse.models.decoder import is_bidirectional, is_decoder_config
+
+        cfg = {
             "format_version": FORMAT_VERSION,
             "pooler_type": self.pooler_type,
             "mlp_only_train": self.mlp_only_train,
             "hidden_size": self.hidden_size,
         }
+        encoder_config = getattr(self.encoder, "config", None)
+        if encoder_config is not None and is_decoder_config(encoder_config):  # decoder LLMs: the attention used
+            cfg["bidirectional"] = is_bidirectional(encoder_config)
+        from simcse.models.lora import is_lora
+
+        if is_lora(self.encoder) and not getattr(self, "_merging_lora", False):
+            cfg["lora_adapter"] = True  # the folder holds an adapter over base_model_name_or_path
+        if getattr(self, "prompts", None):
+            cfg["prompts"] = dict(self.prompts)
+            cfg["default_prompt_name"] = self.default_prompt_name
+        return cfg
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
-                        is_main_process: bool = True) -> None:
+                        is_main_process: bool = True, merge_lora: bool = False) -> None:
         """Write the encoder, tokenizer, ``simcse_config.json`` and MLP weights (safetensors), the
         sentence-transformers module files (:func:`simcse.models.st_files.write_sentence_transformers_files`) and the
         model card ``README.md`` (:func:`simcse.models.card.write_model_card`).
@@ -299,12 +365,15 @@ class SavedFolder:
         rename each (:func:`simcse.files.storage.atomic_folder`), so an interrupted save never leaves a half-written
         weight file in place; a failed write raises :class:`simcse.files.storage.WriteError`. With
         ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
-        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written.
+        ``state_dict`` (HF's keyword) is ignored: the model's own weights are written. An encoder with LoRA
+        adapters (:mod:`simcse.models.lora`) is written as its adapter and base reference, or with ``merge_lora``
+        as merged full weights.
         """
         from safetensors.torch import save_file
 
         if not is_main_process:
             return
+        self._merging_lora = bool(merge_lora)
         with atomic_folder(save_directory, "the model") as tmp:
             self._save_encoder(tmp)
             if self.tokenizer is not None:
@@ -330,6 +399,15 @@ class SavedFolder:
         return out
 
     def _save_encoder(self, folder: Path) -> None:
+        from simcse.models.lora import is_lora, merged_copy
+
+        if is_lora(self.encoder):
+            with quiet_transformers_bars():
+                if getattr(self, "_merging_lora", False):
+                    merged_copy(self.encoder).save_pretrained(folder, safe_serialization=True)
+                else:
+                    self.encoder.save_pretrained(folder)  # adapter_config.json + adapter_model.safetensors
+            return
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
         # has an MLP of the same shape, the pooler holds the MLP, so HF's ``pooler_output`` equals our ``cls``.
         hf_pooler = self._hf_pooler[0] if self._hf_pooler else None
@@ -430,6 +508,8 @@ class SavedFolder:
                 model.mlp.dense.load_state_dict(hf_dense.state_dict())
             elif new_mlp_init == "encoder_pooler" and not mlp_only_train:
                 logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
+        if cfg is not None and cfg.get("prompts"):
+            model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
         return model
 
     @staticmethod

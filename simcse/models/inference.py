@@ -17,6 +17,40 @@ logger = logging.getLogger(__name__)
 class Encoding:
     """``encode`` of :class:`simcse.SimCSEModel` (see the module)."""
 
+    prompts: dict = {}  # name -> text prefixed to a sentence before tokenisation (sentence-transformers' prompts)
+    default_prompt_name: str | None = None  # the prompt encode applies when none is asked for
+
+    def set_prompts(self, prompts: dict, default_prompt_name: str | None = None) -> None:
+        """Set the model's named prompts (sentence-transformers' ``prompts``: name -> prefix text) and the one
+        :meth:`encode` applies by default (None: no prompt unless asked). Saved with the model.
+
+        Raises:
+            ValueError: a prompt that is not a string, or a default name that is not one of the prompts."""
+        if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+            raise ValueError(f"prompts must map names to prefix strings, got {prompts!r}")
+        if default_prompt_name is not None and default_prompt_name not in prompts:
+            raise ValueError(f"default_prompt_name {default_prompt_name!r} is not one of the prompts {sorted(prompts)}")
+        self.prompts, self.default_prompt_name = dict(prompts), default_prompt_name
+
+    def prompt_text(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
+        """The prefix :meth:`encode` puts before each sentence: ``prompt`` itself, else the named prompt, else
+        the default prompt, else none ("").
+
+        Raises:
+            ValueError: both given, or an unknown ``prompt_name`` (the message lists the model's prompts)."""
+        if prompt is not None and prompt_name is not None:
+            raise ValueError("give prompt (the text) or prompt_name (one of the model's prompts), not both")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise ValueError(f"unknown prompt_name {name!r}; this model has {sorted(self.prompts) or 'no prompts'}")
+        return self.prompts[name]
+
     # ------------------------------------------------------------------------------------------ encode
     @torch.inference_mode()
     def encode(
@@ -28,6 +62,8 @@ class Encoding:
         show_progress: bool = False,
         normalize: bool = False,
         dtype: torch.dtype | None = None,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
     ) -> np.ndarray:
         """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
 
@@ -35,13 +71,18 @@ class Encoding:
         from the list sorted by *token* length (:meth:`_padded_batch`), so a batch carries almost no padding.
         ``max_length`` truncates (tokens, special tokens included; capped at :attr:`max_input_tokens`, the
         encoder's position table); when any sentence is cut, one log warning (logger ``simcse.models.inference``) gives how many. ``dtype``
-        (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed.
+        (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed. ``prompt`` (a text) or
+        ``prompt_name`` (one of :attr:`prompts`) is prefixed to every sentence; without either, the model's
+        default prompt (:attr:`default_prompt_name`, e.g. the query instruction it was trained with) is.
 
         Raises:
             TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
             ValueError: the model has no tokenizer, or ``batch_size``/``max_length`` is not a positive int.
         """
         self._check_encode_args(sentences, batch_size, max_length)
+        prefix = self.prompt_text(prompt, prompt_name)
+        if prefix:
+            sentences = [prefix + s for s in sentences]
         max_length = min(max_length, self.max_input_tokens)  # longer would index past the position table
         n = len(sentences)
         if n == 0:

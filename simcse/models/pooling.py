@@ -15,6 +15,10 @@ reference implementation (``models.py: Pooler``):
 * ``avg_first_last``: masked mean of the average of the *first transformer layer's output*
   (``hidden_states[1]``; ``hidden_states[0]`` is the embedding layer and is not used) and the last layer.
   This is the reference code's ``avg_first_last`` after its fix.
+* ``last_token``: the last-layer state of each sentence's last real token (the position of the last 1 of the
+  attention mask, so right and left padding give the same vector): the pooler of decoder LLM embedders
+  (E5-mistral, GTE-Qwen; sentence-transformers' ``pooling_mode_lasttoken``), whose last token has attended to
+  the whole sentence under causal attention.
 * ``avg_first_last_embeddings``: masked mean of the average of the *embedding layer's output*
   (``hidden_states[0]``) and the last layer: what the paper's printed "first-last avg." rows (Tables 1, 6 and
   the BERT/RoBERTa baselines of Table 5) computed, per the reference README's note on that bug.
@@ -64,6 +68,14 @@ def _cls(last_hidden, attention_mask, hidden_states):
 @_register("avg")
 def _avg(last_hidden, attention_mask, hidden_states):
     return _masked_mean(last_hidden, attention_mask)
+
+
+@_register("last_token")
+def _last_token(last_hidden, attention_mask, hidden_states):
+    # index of the last 1 of each row of the mask: argmax of position * mask (ties impossible: positions grow)
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (positions * attention_mask.to(positions.dtype)).argmax(dim=1)  # (N,)
+    return last_hidden[torch.arange(last_hidden.shape[0], device=last_hidden.device), last]  # (N, H)
 
 
 @_register("avg_top2", needs_hidden_states=True)
@@ -147,7 +159,8 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
         return None
     modes = {k for k, v in pcfg.items() if k.startswith("pooling_mode_") and v is True}
     name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
-            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler"}.get(frozenset(modes))
+            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler",
+            frozenset({"pooling_mode_lasttoken"}): "last_token"}.get(frozenset(modes))
     return (name, str(pcfg_file)) if name else None
 
 

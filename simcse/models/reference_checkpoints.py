@@ -127,3 +127,36 @@ def conversion_pooler(pooler: str, mlp_only_train: bool, has_mlp: bool) -> tuple
                                         "pass --pooler cls --mlp_only_train to keep it (it then encodes as "
                                         "cls_before_pooler)")
     return pooler, mlp_only_train, None
+
+
+# The reference's public names that have no same-shaped counterpart here, with what replaces each
+# (``simcse.tool.SimCSE`` is kept as an alias: :mod:`simcse.tool`).
+_ENCODE = "SimCSE(path) (from simcse import SimCSE) to encode, SimCSEModel.from_pretrained(path, pooler_type=...) " \
+          "(simcse.models.modeling) for the torch module"
+_TRAIN = "'simcse train' (simcse.training.train) to train, 'simcse convert' for a checkpoint the reference wrote"
+REFERENCE_REPLACEMENTS = {
+    "simcse.models": {
+        "BertForCL": f"{_ENCODE}; {_TRAIN}",
+        "RobertaForCL": f"{_ENCODE}; {_TRAIN}",
+        "Pooler": "simcse.models.pooling.get_pooler(pooler_type) (the same pooler names)",
+        "MLPLayer": "the cls pooler's MLP inside SimCSEModel (simcse.models.modeling)",
+        "Similarity": "simcse.training.losses.cosine_logits(z1, z2, temp)",
+        "cl_init": "SimCSEModel.from_pretrained(path, pooler_type=...) (simcse.models.modeling)",
+        "cl_forward": "simcse.training.losses.info_nce (the contrastive loss) and SimCSETrainer (simcse.training.trainer)",
+        "sentemb_forward": _ENCODE,
+    },
+    "simcse.trainers": {
+        "CLTrainer": "SimCSETrainer (simcse.training.trainer), built by 'simcse train' (simcse.training.build.build)",
+    },
+}
+
+
+def reference_name_error(module: str, name: str) -> AttributeError | ImportError:
+    """The error for ``from <module> import <name>``: an ``ImportError`` naming the replacement when ``name`` is one
+    of the reference's public names (:data:`REFERENCE_REPLACEMENTS`), else the plain ``AttributeError`` Python
+    raises (for a module ``__getattr__``)."""
+    replacement = REFERENCE_REPLACEMENTS.get(module, {}).get(name)
+    if replacement is None:
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    return ImportError(f"{module}.{name} is the reference SimCSE code's and is not part of this simcse; "
+                       f"use {replacement}", name=module)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 # our pooler -> sentence-transformers pooling mode
-ST_POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean"}
+ST_POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean", "last_token": "lasttoken"}
 
 def mlp_at_inference(model) -> bool:
     """Whether ``model`` (a :class:`simcse.SimCSEModel`) applies its ``cls`` MLP when encoding."""
@@ -42,10 +42,16 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
     (out / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": min(max_seq_length, model.max_input_tokens), "do_lower_case": False}, indent=2)
         + "\n")
-    supported = model.pooler_type in ST_POOLING_MODES
+    from simcse.models.lora import is_lora
+
+    adapter_only = is_lora(model.encoder) and not getattr(model, "_merging_lora", False)
+    supported = model.pooler_type in ST_POOLING_MODES and not adapter_only
     mode = ST_POOLING_MODES.get(model.pooler_type) or (
         f"simcse pooler {model.pooler_type} (not expressible in sentence-transformers; load this folder with "
         "simcse.SimCSE or transformers, see README.md)")
+    if adapter_only:  # the base model's own config would load without this run's switches (bidirectional attention)
+        mode = ("simcse LoRA adapter folder (sentence-transformers would rebuild the base model without this run's "
+                "settings; load it with simcse.SimCSE, or train with --merge_lora true for a folder it loads)")
     pooling_dir = out / "1_Pooling"
     pooling_dir.mkdir(exist_ok=True)
     pooling_cfg = {
@@ -55,6 +61,7 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
         "pooling_mode_mean_tokens": mode == "mean",
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_lasttoken": mode == "lasttoken",
     }
     (pooling_dir / "config.json").write_text(json.dumps(pooling_cfg, indent=2) + "\n")
     modules = [
@@ -78,8 +85,8 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
 
     (out / "config_sentence_transformers.json").write_text(json.dumps({
         "__version__": {"transformers": transformers.__version__, "pytorch": torch.__version__},
-        "prompts": {},
-        "default_prompt_name": None,
+        "prompts": dict(getattr(model, "prompts", {}) or {}),
+        "default_prompt_name": getattr(model, "default_prompt_name", None),
         "similarity_fn_name": "cosine",
     }, indent=2) + "\n")
     return supported

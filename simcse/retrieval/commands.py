@@ -107,7 +107,7 @@ def cmd_encode_shards(args) -> int:
     model_ref = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     settings = {"model": model_ref, "model_fingerprint": tool.model_fingerprint, "pooler": tool.pooler,
                 "hidden_size": tool.hidden_size,
-                "normalize": not args.no_normalize, "max_length": args.max_length,
+                "normalize": not args.no_normalize, "max_length": tool.max_length,
                 "compute_dtype": "bfloat16" if args.bf16 else "float32"}
 
     def encode(texts):
@@ -215,7 +215,7 @@ def cmd_search(args) -> int:
         raise UsageError("give at least one --query or a --query-file")
     from simcse.retrieval.lifecycle import model_for_index
 
-    model, args.pooler = model_for_index(args.index, args.model, args.pooler)
+    model, args.pooler = model_for_index(args.index, args.model, args.pooler, args.max_length)
     tool = _tool(args, model)
     tool.load_index(args.index)
     results = tool.search(queries, threshold=args.threshold, top_k=args.top_k, batch_size=args.batch_size,

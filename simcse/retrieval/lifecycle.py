@@ -115,17 +115,25 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
     return model, pooler if pooler is not None else rec_pooler
 
 
-def model_for_index(index: str, model: str | None, pooler: str | None) -> tuple[str, str | None]:
+def model_for_index(index: str, model: str | None, pooler: str | None,
+                    max_length: int | None = None) -> tuple[str, str | None]:
     """(model, pooler) to query the index folder ``index`` with: the recorded ones unless given (see
-    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded.
+    :func:`_recorded_model_and_pooler`); checks that ``index`` holds an index before any model is loaded, and
+    that an explicit ``max_length`` (``--max-length``) is the one the index records (the tool applies the record
+    when none is given: :meth:`IndexLifecycle.load_index`).
 
     Raises:
-        ValueError: no model given or recorded; a given model/pooler that differs from the recorded one;
-            ``index`` is not a saved index.
+        ValueError: no model given or recorded; a given model/pooler/max_length that differs from the recorded
+            one; ``index`` is not a saved index.
     """
     if not Path(index).is_dir():
         raise ValueError(f"--index {index!r} is not a folder: expected a folder written by 'simcse index'")
-    model, pooler = _recorded_model_and_pooler(Path(index) / TOOL_META_NAME, model, pooler)
+    meta_file = Path(index) / TOOL_META_NAME
+    recorded = json.loads(meta_file.read_text()).get("max_length") if meta_file.is_file() else None
+    if max_length is not None and recorded is not None and max_length != recorded:
+        raise ValueError(f"--max-length {max_length} differs from the max length the index was encoded with "
+                         f"({recorded}, {meta_file}); drop --max-length to use it")
+    model, pooler = _recorded_model_and_pooler(meta_file, model, pooler)
     if not (Path(index) / INDEX_CONFIG_NAME).is_file():  # before the (slow) model load
         raise ValueError(f"--index {index!r} is not a saved index: {INDEX_CONFIG_NAME} is missing")
     return model, pooler
@@ -138,7 +146,67 @@ def _check_fast_and_kind(faiss_fast: bool, kind: str | None) -> None:
                          "of them")
 
 
-class IndexLifecycle:
+class IndexIdentity:
+    """What ties an index's vectors to the encoding that made them, checked by :class:`IndexLifecycle`: the model
+    (:func:`simcse.models.folder.model_fingerprint`, earlier records' fingerprint accepted) and the ``max_length``
+    the vectors were encoded with (recorded, applied on load, one per index)."""
+
+    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
+        """ValueError unless the model that made some stored vectors is this tool's model: compared by
+        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
+        both folders exist. Queries encoded by another model would search vectors they do not match."""
+        if recorded_fingerprint is not None:
+            if recorded_fingerprint == self.model_fingerprint or recorded_fingerprint == self._legacy_fingerprint():
+                return
+        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
+                  and Path(self.model_name_or_path).exists()
+                  and not same_model_path(self.model_name_or_path, recorded_model)):
+            return
+        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
+        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
+        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
+                         "of another model: load that model, or encode the corpus again with this one")
+
+    def _effective_max_length(self, max_length: int) -> int:
+        """The truncation an encode with ``max_length`` applies (capped at the model's input limit)."""
+        return min(int(max_length), int(getattr(self.model, "max_input_tokens", max_length)))
+
+    def _check_index_max_length(self) -> None:
+        """Record the tool's max_length for a new index; ValueError when vectors of an index encoded with
+        another one would be mixed with this tool's (one index, one encoding)."""
+        mine = self._effective_max_length(self.max_length)
+        if self.index.ntotal == 0 or self._index_max_length is None and self._index_folder is None:
+            self._index_max_length = mine
+        elif self._index_max_length is not None and self._index_max_length != mine:
+            raise ValueError(f"the index was encoded with max_length {self._index_max_length}; this tool now encodes "
+                             f"with max_length {self.max_length}: set it back before adding to the index")
+
+    def _legacy_fingerprint(self) -> str | None:
+        """The fingerprint earlier versions recorded for this model (without the tokenizer's settings), so that
+        their indexes and shards still load; None for a model with its own fingerprint (ONNX)."""
+        from simcse.models.folder import model_fingerprint
+
+        return None if callable(getattr(self.model, "fingerprint", None)) else model_fingerprint(self.model, legacy=True)
+
+    def _recorded_max_length(self, recorded: int | None, folder: Path) -> int | None:
+        """Apply the ``max_length`` an index (or the shards it is built from) records (None: saved before it was
+        recorded): the tool's queries are then cut as the indexed sentences were. Returns the effective value.
+
+        Raises:
+            ValueError: the tool was given another ``max_length`` explicitly.
+        """
+        if recorded is None:
+            return None
+        recorded = self._effective_max_length(recorded)
+        if self._max_length_given and self._effective_max_length(self.max_length) != recorded:
+            raise ValueError(f"{folder} was encoded with max_length {recorded}, this tool encodes with "
+                             f"max_length {self.max_length}: its queries would be cut otherwise than the indexed "
+                             f"sentences; leave max_length unset (or give {recorded}) to search it")
+        self.max_length = recorded  # queries encoded as the indexed sentences were
+        return recorded
+
+
+class IndexLifecycle(IndexIdentity):
     """build_index / add_to_index / search / save_index / load_index of :class:`simcse.SimCSE` (see the module)."""
 
     index = None
@@ -193,13 +261,14 @@ class IndexLifecycle:
             return
         index = make_index(self.hidden_size, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         old = self.index, self.sentences
-        self.index, self.sentences, self._index_folder = index, [], None
+        old = old + (self._index_max_length,)
+        self.index, self.sentences, self._index_folder, self._index_max_length = index, [], None, None
         try:
             self.add_to_index(sentences_or_file_path, device, batch_size, column=column, chunk_size=chunk_size,
                               show_progress=show_progress)
             self.index.finalize()  # an IVF index with no vector cannot be trained: ValueError, the old index stays
         except BaseException:
-            self.index, self.sentences = old
+            self.index, self.sentences, self._index_max_length = old
             raise
 
     def _build_index_from_shards(self, folder: Path, use_faiss, faiss_fast, index_kwargs) -> None:
@@ -211,27 +280,14 @@ class IndexLifecycle:
                              f"{self.pooler!r}: load the model with pooler={shards.manifest['pooler']!r}")
         self._check_same_model(shards.manifest.get("model_fingerprint"), shards.manifest.get("model"),
                                f"the shards in {folder} were encoded by")
+        recorded = shards.manifest.get("max_length")
+        self._recorded_max_length(recorded, folder)  # before the (long) build: another explicit one is refused
         index = index_from_shards(shards, use_faiss=use_faiss, fast=faiss_fast, **index_kwargs)
         store = SentenceStore.temporary()
         for chunk in _chunks(shards.iter_sentences(), 100_000):
             store.extend(chunk)
         self.index, self.sentences, self._index_folder = index, store, None
-
-    def _check_same_model(self, recorded_fingerprint: str | None, recorded_model: str | None, what: str) -> None:
-        """ValueError unless the model that made some stored vectors is this tool's model: compared by
-        :attr:`model_fingerprint` (content) when recorded, else (records older than fingerprints) by folder when
-        both folders exist. Queries encoded by another model would search vectors they do not match."""
-        if recorded_fingerprint is not None:
-            if recorded_fingerprint == self.model_fingerprint:
-                return
-        elif not (recorded_model and self.model_name_or_path and Path(recorded_model).exists()
-                  and Path(self.model_name_or_path).exists()
-                  and not same_model_path(self.model_name_or_path, recorded_model)):
-            return
-        mine = f"{self.model_name_or_path} ({self.model_fingerprint[:19]})"
-        theirs = f"{recorded_model or 'a model'}" + (f" ({recorded_fingerprint[:19]})" if recorded_fingerprint else "")
-        raise ValueError(f"{what} another model: {theirs}; this tool runs {mine}. Its queries would search vectors "
-                         "of another model: load that model, or encode the corpus again with this one")
+        self._index_max_length = self._recorded_max_length(recorded, folder)
 
     def _writable_sentences(self):
         """The sentence store to append to: a new temporary one (with the current sentences copied in)
@@ -271,6 +327,7 @@ class IndexLifecycle:
             source, total = iter(items), len(items)
         if self.index is None:
             self.index = make_index(self.hidden_size)
+        self._check_index_max_length()
         if show_progress is None:
             show_progress = sys.stderr.isatty()
         bar = None
@@ -364,7 +421,8 @@ class IndexLifecycle:
         if model_ref and Path(model_ref).exists():
             model_ref = str(Path(model_ref).resolve())
         meta = {"model_name_or_path": model_ref, "model_fingerprint": self.model_fingerprint, "pooler": self.pooler,
-                "hidden_size": self.hidden_size, "num_sentences": len(self.sentences)}
+                "hidden_size": self.hidden_size, "num_sentences": len(self.sentences),
+                "max_length": self._index_max_length}  # what its vectors were encoded with: applied on load
 
         def write(tmp: Path) -> None:
             self.index.save(tmp)
@@ -414,5 +472,6 @@ class IndexLifecycle:
                                  f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
             self._check_same_model(meta.get("model_fingerprint"), meta.get("model_name_or_path") or None,
                                    f"index {folder} was built with")
-        self.index, self.sentences = index, sentences
+        recorded = self._recorded_max_length(meta.get("max_length") if meta_file.is_file() else None, folder)
+        self.index, self.sentences, self._index_max_length = index, sentences, recorded
         self._index_folder = folder.resolve()

@@ -10,7 +10,7 @@ from simcse.files.inputs import check_sentences
 #: How far a computed cosine of unit vectors may be from the exact one, by the dtype the indexed vectors are
 #: stored in; a score within this of +-1 is reported as +-1, so that a sentence's exact duplicate scores 1.0.
 #: float32: float32 dot products of unit vectors deviate by about sqrt(H) * 2**-24 (measured: up to 4.8e-7 for
-#: H = 384, ``scripts/measure_cosine_rounding.py``). float16 (shards written with ``--dtype float16``, the
+#: H = 384, ``scripts/benchmarks/cosine_rounding.py``). float16 (shards written with ``--dtype float16``, the
 #: re-ranking copies of an IVF-PQ index): rounding a unit vector q to float16 moves q . fl(q) by at most
 #: float16's unit roundoff 2**-11 (sum q_i**2 * d_i with |d_i| <= 2**-11); twice that covers it and the float32
 #: sum. This table is the one statement of the rule: every consumer (``SimCSE.search``/``similarity``,

@@ -40,11 +40,13 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from simcse.files.dataset_source import DatasetRef
+from simcse.files.storage import signals_end_the_write
 
 MANIFEST_NAME = "manifest.json"
 RUN_NAME = "encode_run.json"
@@ -127,13 +129,25 @@ class _HashingFile:
         return self.f.write(b)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextmanager
+def _temporary_sibling(path: Path):
+    """A hidden ``.<name>.tmp-<pid>`` beside ``path`` to write and rename; removed when the block fails or a
+    termination signal ends it (:func:`simcse.files.storage.signals_end_the_write`)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with signals_end_the_write():
+            yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    with _temporary_sibling(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
 
 def _atomic_write_json(path: Path, obj) -> None:
@@ -143,13 +157,13 @@ def _atomic_write_json(path: Path, obj) -> None:
 def _write_shard(folder: Path, k: int, emb: np.ndarray, entry: dict) -> dict:
     """Write shard ``k`` (.npy then its sidecar, each atomically); return the sidecar entry."""
     npy = folder / f"{shard_stem(k)}.npy"
-    tmp = npy.with_name(f".{npy.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        hf = _HashingFile(f)
-        np.lib.format.write_array(hf, np.ascontiguousarray(emb), allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, npy)
+    with _temporary_sibling(npy) as tmp:
+        with open(tmp, "wb") as f:
+            hf = _HashingFile(f)
+            np.lib.format.write_array(hf, np.ascontiguousarray(emb), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, npy)
     entry = {"file": npy.name, **entry, "sha256": hf.h.hexdigest()}
     _atomic_write_json(folder / f"{shard_stem(k)}.json", entry)
     return entry
@@ -168,12 +182,22 @@ def _rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
 DESCRIPTIVE_SETTINGS = ("model",)
 
 
+def _compared(run: dict, key: str):
+    """``run[key]`` as compared on resume: a dataset input by :meth:`DatasetRef.identity` (streaming or not
+    reads the same rows)."""
+    value = run.get(key)
+    if key == "input" and isinstance(value, dict) and "dataset" in value:
+        return DatasetRef.from_description(value).identity()
+    return value
+
+
 def _check_run(folder: Path, run: dict) -> None:
     """Write the run settings, or check them against those of the shards already in ``folder``."""
     f = folder / RUN_NAME
     if f.is_file():
         old = json.loads(f.read_text())
-        diff = sorted(k for k in set(old) | set(run) if old.get(k) != run.get(k) and k not in DESCRIPTIVE_SETTINGS)
+        diff = sorted(k for k in set(old) | set(run) if _compared(old, k) != _compared(run, k)
+                      and k not in DESCRIPTIVE_SETTINGS)
         if "model_fingerprint" in diff:
             raise ValueError(f"{folder} holds shards of another model than {run.get('model') or 'this one'} "
                              f"(fingerprint {str(old.get('model_fingerprint'))[:19]} there, "

@@ -76,6 +76,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 MODEL_KWARGS = ("mlp_only_train", "new_mlp_init", "trust_remote_code", "torch_dtype", "dtype",
                 "attn_implementation", "revision", "cache_dir", "local_files_only", "token", "subfolder",
                 "use_safetensors", "low_cpu_mem_usage", "force_download")
+DEFAULT_MAX_LENGTH = 128  # the reference tool's truncation
 INIT_ARGS = ("model_name_or_path", "device", "num_cells", "num_cells_in_search", "pooler", "max_length", "backend")
 
 
@@ -107,7 +108,9 @@ class SimCSE(IndexLifecycle):
             another one is a ValueError (:func:`simcse.models.pooling.pooler_to_use`, the evaluator's rule too);
             for a plain HF encoder the default is ``cls`` (with a warning from :meth:`SimCSEModel.from_pretrained`).
         max_length: (keyword-only) default truncation length in tokens for :meth:`encode` (capped at
-            :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow).
+            :attr:`SimCSEModel.max_input_tokens`, what the model's position embeddings allow); None: 128, the
+            reference's, or the one a loaded index records (:meth:`load_index`: an index is searched with the
+            settings its vectors were encoded with; an explicit other value is an error there).
         backend: (keyword-only) ``"torch"`` (default) or ``"onnx"``: onnxruntime on the CPU with a folder written
             by ``simcse export --format onnx`` (:class:`simcse.interop.onnx.ONNXEncoder`); then ``file_name=
             "simcse_int8.onnx"`` picks the int8 model and ``num_threads`` sets onnxruntime's threads.
@@ -124,7 +127,7 @@ class SimCSE(IndexLifecycle):
 
     def __init__(self, model_name_or_path: str | os.PathLike | SimCSEModel, device: str | torch.device | None = None,
                  num_cells: int = 100, num_cells_in_search: int = 10, pooler: str | None = None, *,
-                 max_length: int = 128, backend: str = "torch", **model_kwargs):
+                 max_length: int | None = None, backend: str = "torch", **model_kwargs):
         if backend not in ("torch", "onnx"):
             raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         self.backend = backend
@@ -148,7 +151,9 @@ class SimCSE(IndexLifecycle):
             raise ValueError("the model has no tokenizer; SimCSE needs one to encode text")
         self.model.to(self.device)
         self.model.eval()
-        self.max_length = self._check_positive(max_length, "max_length")
+        self._max_length_given = max_length is not None  # else a loaded index's record applies (load_index)
+        self.max_length = self._check_positive(DEFAULT_MAX_LENGTH if max_length is None else max_length, "max_length")
+        self._index_max_length = None  # the (effective) max_length the index's vectors were encoded with
         self.index = None  # a simcse.retrieval.index.VectorIndex once build_index/load_index ran
         # the indexed sentences, position i has index id i: a list-like simcse.retrieval.store.SentenceStore on disk
         # (a plain list only for an index loaded from an older sentences.jsonl folder)
@@ -223,6 +228,8 @@ class SimCSE(IndexLifecycle):
         *,
         show_progress: bool | None = None,
         dtype: torch.dtype | None = None,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
         **mteb_kwargs,
     ) -> torch.Tensor | np.ndarray:
         """Embed one sentence or a list of sentences (the reference's ``encode``, same parameter order).
@@ -244,6 +251,9 @@ class SimCSE(IndexLifecycle):
                 when stderr is a terminal.
             dtype: (keyword-only) compute precision under autocast, e.g. ``torch.bfloat16`` (output stays
                 float32).
+            prompt, prompt_name: (keyword-only) a text prefixed to every sentence, or the name of one of the
+                model's saved prompts (sentence-transformers' ``prompt``/``prompt_name``); neither: the model's
+                default prompt, if it was trained with one.
 
         Returns:
             float32 (H,) for a str (``keepdim``: (1, H)); (N, H) for a list, in input order; (0, H) for [].
@@ -266,7 +276,8 @@ class SimCSE(IndexLifecycle):
         if show_progress is None:
             show_progress = len(items) > 10 * batch_size and sys.stderr.isatty()
         emb = self.model.encode(items, batch_size=batch_size, max_length=max_length, device=self.device,
-                                show_progress=show_progress, normalize=normalize_to_unit, dtype=dtype)
+                                show_progress=show_progress, normalize=normalize_to_unit, dtype=dtype, prompt=prompt,
+                                prompt_name=prompt_name)
         if single and not keepdim:
             emb = emb[0]
         return emb if return_numpy else torch.from_numpy(emb)

@@ -94,7 +94,7 @@ def first_lines(path: Path, n: int, column: str | None = None) -> list[str]:
 
 def open_source(model: str | None = None, pooler: str | None = None, input: str | None = None,
                 index: str | None = None, column: str | None = None, max_lines: int | None = None,
-                device: str | None = None, max_length: int = 128):
+                device: str | None = None, max_length: int | None = None):
     """Check the options, load the model (and the ``index`` folder, when given) and say what is left to index.
 
     Returns:
@@ -115,7 +115,7 @@ def open_source(model: str | None = None, pooler: str | None = None, input: str 
         if input is None:
             input, max_lines = str(default_corpus()), max_lines or DEFAULT_MAX_LINES
     if index is not None:
-        model, pooler = model_for_index(index, model, pooler)
+        model, pooler = model_for_index(index, model, pooler, max_length)
     elif not Path(input).is_file():
         raise FileNotFoundError(f"--input {input!r} is not a file")
     _say(f"loading model {model}")
@@ -154,7 +154,7 @@ def index_corpus(tool, corpus, column: str | None = None, batch_size: int = 64, 
 def load_service(model: str | None = None, pooler: str | None = None, input: str | None = None,
                  index: str | None = None, column: str | None = None, max_lines: int | None = None,
                  device: str | None = None,
-                 batch_size: int = 64, max_length: int = 128, dtype=None, examples=None) -> SearchService:
+                 batch_size: int = 64, max_length: int | None = None, dtype=None, examples=None) -> SearchService:
     """Load the model and the index and return a :class:`SearchService` (the index is complete when this returns;
     ``simcse serve`` itself answers at once and indexes in the background, see :func:`start_indexing`).
 

@@ -8,7 +8,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from simcse.training.augment import AUGMENTATIONS
+from simcse.training.augment import AUGMENTATIONS, get_augmentation
 from simcse.models.pooling import POOLERS, get_pooler
 from simcse.training.losses import check_hard_negative_alpha, check_temperature
 
@@ -86,6 +86,29 @@ class ModelArguments:
         metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "
                           "for BERT/RoBERTa) or 'eager'. Unset: transformers' choice."},
     )
+    # ---- decoder LLMs (docs/llm.md)
+    bidirectional: bool | None = field(
+        default=None,
+        metadata={"help": "Decoder LLMs (Llama, Mistral, Qwen, Gemma, GPT-2...): true switches attention to "
+                          "bidirectional (LLM2Vec's first step, through the config's is_causal; recorded in the "
+                          "saved config.json), false keeps it causal. Unset: the checkpoint's own setting. "
+                          "Refused (true) for encoders."},
+    )
+    lora_r: int | None = field(
+        default=None,
+        metadata={"help": "Train LoRA adapters of this rank (peft) instead of all weights; the base model is frozen. "
+                          "Unset: full fine-tuning."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (scale alpha / r). Unset: 2 x lora_r (LLM2Vec's runs)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch, in [0, 1)."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated names of the linear layers to adapt. Unset: LLM2Vec's list for Llama, "
+                          "Mistral, Gemma, Qwen2/3 (q,k,v,o,gate,up,down projections); GPT-2: c_attn,c_proj,c_fc."})
+    merge_lora: bool = field(
+        default=False,
+        metadata={"help": "Save the final model with the adapters merged into full weights (a plain model folder, "
+                          "loadable by sentence-transformers); default: the adapter and a reference to the base model. "
+                          "Checkpoints always hold the adapter only."})
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,
@@ -107,7 +130,7 @@ class ModelArguments:
     )
     augmentation: str = field(
         default="none",
-        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {list(AUGMENTATIONS)}: "
+        metadata={"help": f"Table 1: discrete augmentation of the positive view, one of {['none', *AUGMENTATIONS]}: "
                           "crop keeps (1-k) of the words, word_deletion deletes k of the words, delete_one_word, "
                           "mlm replaces k of the tokens with the checkpoint's own MLM head's predictions. "
                           "Needs a .txt file."},
@@ -158,9 +181,9 @@ class ModelArguments:
             raise ValueError(f"--attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
         if self.dropout is not None and (isinstance(self.dropout, bool) or not 0 <= self.dropout < 1):
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.augmentation not in AUGMENTATIONS:
-            raise ValueError(f"--augmentation must be one of {list(AUGMENTATIONS)}, got {self.augmentation!r}")
-        if self.augmentation not in ("none", "delete_one_word") and not 0 < self.augmentation_ratio < 1:
+        if self.augmentation != "none" and self.augmentation not in AUGMENTATIONS:
+            raise ValueError(f"--augmentation must be one of {['none', *AUGMENTATIONS]}, got {self.augmentation!r}")
+        if self.augmentation != "none" and get_augmentation(self.augmentation).uses_ratio and not 0 < self.augmentation_ratio < 1:
             raise ValueError(f"--augmentation_ratio must be in (0, 1), got {self.augmentation_ratio}")
         if self.augmentation != "none" and not self.augmentation_with_dropout and self.dropout:
             raise ValueError(f"--augmentation_with_dropout false turns dropout off; it contradicts --dropout {self.dropout}")
@@ -173,6 +196,12 @@ class ModelArguments:
         check_temperature(self.temp, name="--temp")
         self._resolve_hard_negative()
         self._check_objective()
+        if self.lora_r is not None and (isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r < 1):
+            raise ValueError(f"--lora_r must be a positive integer, got {self.lora_r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_r is None and (self.merge_lora or self.lora_target_modules or self.lora_alpha is not None):
+            raise ValueError("--merge_lora, --lora_alpha and --lora_target_modules apply to LoRA training: give --lora_r")
         if not self.mlm_weight >= 0:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
@@ -241,6 +270,13 @@ class DataTrainingArguments:
         metadata={"help": "Training precision on GPUs: 'bf16', 'fp16' (the reference's --fp16) or 'fp32'; sets "
                           "--bf16/--fp16 unless those are given. Ignored on CPU (fp32). Unset: the --bf16/--fp16 "
                           "flags as given (fp32 when none)."},
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={"help": "Per-column text prefixes as a JSON object (sentence-transformers' training prompts), e.g. "
+                          "'{\"sent0\": \"Given a sentence, retrieve a paraphrase: \"}' (an instruction for decoder "
+                          "embedders). Applied before tokenisation; saved in the model folder, where the prompt of "
+                          "sent0 (the queries) becomes the default prompt of encode, the index and the server."},
     )
     eval_max_length: int | None = field(
         default=None,
@@ -318,7 +354,31 @@ class DataTrainingArguments:
             raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
+        self._check_prompts()
         self._check_source()
+
+    def _check_prompts(self) -> None:
+        """--prompts: a JSON object (string, or an object from a config file) of view column -> prefix text."""
+        import json
+
+        if self.prompts is None:
+            return
+        value = self.prompts
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--prompts must be a JSON object of column: prefix, got {self.prompts!r}: {e}") from None
+        columns = ("sent0", "sent1", "hard_neg", "neutral")
+        if not isinstance(value, dict) or not all(k in columns and isinstance(v, str) for k, v in value.items()):
+            raise ValueError(f"--prompts must map view columns {list(columns)} to prefix strings, got {self.prompts!r}")
+        self.prompts = json.dumps(value)
+
+    def prompt_map(self) -> dict:
+        """--prompts as a dict (empty when unset)."""
+        import json
+
+        return json.loads(self.prompts) if self.prompts else {}
 
     def _check_source(self) -> None:
         """Exactly one of --train_file / --dataset_name, and the options that go with each."""

@@ -38,13 +38,54 @@ import torch
 
 from simcse.training.data import DRAW_KEY
 
-AUGMENTATIONS = ("none", "crop", "word_deletion", "delete_one_word", "mlm")
-WORD_AUGMENTATIONS = ("crop", "word_deletion", "delete_one_word")
-
 __all__ = [
-    "AUGMENTATIONS", "crop", "word_deletion", "delete_one_word", "word_augmenter", "MLMReplacer",
-    "load_mlm_model", "AugmentingCollator",
+    "AUGMENTATIONS", "Augmentation", "register_augmentation", "get_augmentation", "crop", "word_deletion",
+    "delete_one_word", "word_augmenter", "MLMReplacer", "load_mlm_model", "AugmentingCollator",
 ]
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """A registered augmentation of the positive view (``--augmentation NAME``).
+
+    ``level`` is ``"word"`` (``make(ratio) -> f(sentence, rng) -> sentence``, applied to the text before
+    tokenisation) or ``"token"`` (built by the trainer's setup from the checkpoint: ``mlm``). ``uses_ratio``:
+    whether ``--augmentation_ratio`` applies (it must then be in (0, 1)).
+    """
+
+    name: str
+    level: str
+    make: Callable[[float], Callable[[str, random.Random], str]] | None
+    uses_ratio: bool = True
+
+
+AUGMENTATIONS: dict[str, Augmentation] = {}
+
+
+def register_augmentation(name: str, level: str = "word", uses_ratio: bool = True):
+    """Register ``make(ratio) -> f(sentence, rng)`` under ``name`` (a decorator), as the pooler and objective
+    registries do. Raises ValueError for a taken name or an unknown level."""
+    if level not in ("word", "token"):
+        raise ValueError(f"augmentation level must be 'word' or 'token', got {level!r}")
+
+    def deco(make):
+        if name in AUGMENTATIONS or name == "none":
+            raise ValueError(f"augmentation {name!r} is already registered")
+        AUGMENTATIONS[name] = Augmentation(name, level, make, uses_ratio)
+        return make
+
+    return deco
+
+
+def get_augmentation(name: str) -> Augmentation:
+    """The registered augmentation ``name``.
+
+    Raises:
+        ValueError: ``name`` is not registered; the message lists the valid names (and ``none``).
+    """
+    if name not in AUGMENTATIONS:
+        raise ValueError(f"unknown --augmentation {name!r}; expected one of {['none', *AUGMENTATIONS]}")
+    return AUGMENTATIONS[name]
 
 
 def _check_ratio(ratio: float, name: str) -> float:
@@ -89,23 +130,38 @@ def delete_one_word(words: Sequence[str], rng: random.Random) -> list[str]:
     return list(words[:i]) + list(words[i + 1 :])
 
 
+@register_augmentation("crop")
+def _make_crop(ratio: float):
+    _check_ratio(ratio, "crop")
+    return lambda s, rng: " ".join(crop(s.split(), ratio, rng))
+
+
+@register_augmentation("word_deletion")
+def _make_word_deletion(ratio: float):
+    _check_ratio(ratio, "word_deletion")
+    return lambda s, rng: " ".join(word_deletion(s.split(), ratio, rng))
+
+
+@register_augmentation("delete_one_word", uses_ratio=False)
+def _make_delete_one_word(ratio: float):
+    return lambda s, rng: " ".join(delete_one_word(s.split(), rng))
+
+
+register_augmentation("mlm", level="token")(None)  # built from the checkpoint's MLM head: MLMReplacer
+
+
 def word_augmenter(name: str, ratio: float = 0.1) -> Callable[[str, random.Random], str]:
-    """``f(sentence, rng) -> augmented sentence`` for a word-level augmentation of :data:`WORD_AUGMENTATIONS`.
+    """``f(sentence, rng) -> augmented sentence`` for a registered word-level augmentation.
 
     Words are ``sentence.split()`` and are re-joined with single spaces (the tokenizer sees the same words).
 
     Raises:
-        ValueError: an unknown name (``mlm`` is token-level: see :class:`MLMReplacer`) or a bad ratio.
+        ValueError: an unknown name, a token-level one (``mlm``: see :class:`MLMReplacer`), or a bad ratio.
     """
-    if name == "crop":
-        _check_ratio(ratio, name)
-        return lambda s, rng: " ".join(crop(s.split(), ratio, rng))
-    if name == "word_deletion":
-        _check_ratio(ratio, name)
-        return lambda s, rng: " ".join(word_deletion(s.split(), ratio, rng))
-    if name == "delete_one_word":
-        return lambda s, rng: " ".join(delete_one_word(s.split(), rng))
-    raise ValueError(f"unknown word-level augmentation {name!r}; expected one of {list(WORD_AUGMENTATIONS)}")
+    words = [a for a, aug in AUGMENTATIONS.items() if aug.level == "word"]
+    if name not in AUGMENTATIONS or AUGMENTATIONS[name].level != "word":
+        raise ValueError(f"unknown word-level augmentation {name!r}; expected one of {words}")
+    return AUGMENTATIONS[name].make(ratio)
 
 
 def load_mlm_model(path: str, trust_remote_code: bool = False):

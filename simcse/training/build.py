@@ -56,10 +56,15 @@ def _load_model(model_args, dropout: float | None):
         hf_kwargs["config"], names = encoder_config_with_dropout(
             config_source, dropout, trust_remote_code=model_args.trust_remote_code)
         logger.info("dropout p=%g set on config attributes %s", dropout, names)
-    elif model_args.config_name:
+    elif model_args.config_name or model_args.bidirectional is not None:
         from transformers import AutoConfig
 
         hf_kwargs["config"] = AutoConfig.from_pretrained(config_source, trust_remote_code=model_args.trust_remote_code, **hub)
+    if model_args.bidirectional is not None:
+        from simcse.models.decoder import set_bidirectional
+
+        set_bidirectional(hf_kwargs["config"], model_args.bidirectional, repr(model_args.model_name_or_path))
+        logger.info("decoder attention: %s", "bidirectional" if model_args.bidirectional else "causal")
     model = SimCSEModel.from_pretrained(
         model_args.model_name_or_path,
         pooler_type=model_args.pooler_type,
@@ -102,9 +107,9 @@ def _make_collator(model_args, data_args, training_args, tok, objective):
     augmentation = model_args.augmentation
     if augmentation == "none":
         return collator
-    from simcse.training.augment import AugmentingCollator, MLMReplacer, load_mlm_model, word_augmenter
+    from simcse.training.augment import AugmentingCollator, MLMReplacer, get_augmentation, load_mlm_model, word_augmenter
 
-    if augmentation == "mlm":
+    if get_augmentation(augmentation).level == "token":  # mlm: the checkpoint's own MLM head
         try:
             mlm = load_mlm_model(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
         except (ValueError, OSError) as e:
@@ -141,6 +146,7 @@ def build(model_args, data_args, training_args):
             data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
         if data_args.streaming:
             _check_streaming(model_args, training_args)
+        _check_fsdp_device(training_args)
         model = _load_model(model_args, dropout)
         if data_args.streaming:
             ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
@@ -155,6 +161,17 @@ def build(model_args, data_args, training_args):
                          f"use --max_seq_length {limit} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
+    if model_args.lora_r is not None:
+        from simcse.models.lora import apply_lora
+
+        try:
+            model.encoder = apply_lora(model.encoder, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout,
+                                       model_args.lora_target_modules)
+        except ValueError as e:
+            raise SetupError(str(e)) from e
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("LoRA r=%d: %d trainable parameters of %d", model_args.lora_r, trainable,
+                    sum(p.numel() for p in model.parameters()))
     if model_args.cpu_dropout:
         logger.info("CPU dropout masks (simcse.models.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:
@@ -169,6 +186,12 @@ def build(model_args, data_args, training_args):
         except (ValueError, OSError) as e:
             raise SetupError(str(e)) from e
     source = data_args.train_file or data_args.dataset_name
+    prompts = data_args.prompt_map()
+    if prompts:
+        if augmentation != "none":
+            raise SetupError("--prompts with --augmentation: the augmenting collator tokenises the raw text; give one")
+        model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
+        logger.info("prompts %s (the sent0 prompt is the saved model's default prompt)", prompts)
     objective = _objective(model_args, model.tokenizer)
     try:
         objective.check_columns(columns, source)
@@ -180,7 +203,8 @@ def build(model_args, data_args, training_args):
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
-            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers)
+            ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers,
+                                  prompts=data_args.prompt_map())
     else:
         training_args.remove_unused_columns = False  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)
@@ -237,6 +261,7 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
             eval_max_length=data_args.eval_max_length,
             gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
             no_duplicates_rows=train_rows,
+            merge_lora=model_args.merge_lora,
         )
     except ValueError as e:
         raise SetupError(str(e)) from e
@@ -247,6 +272,17 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
         training_args.ignore_data_skip = True
         trainer._stream_resume = str(training_args.resume_from_checkpoint)
     return trainer
+
+
+def _check_fsdp_device(training_args) -> None:
+    """``--fsdp`` needs CUDA: on the CPU, transformers and accelerate leave FSDP off and train with plain DDP
+    (``Trainer.is_fsdp_enabled`` is False, every process holds the whole model), which is refused rather than run
+    under a name it does not have."""
+    import torch
+
+    if training_args.fsdp and (training_args.use_cpu or not torch.cuda.is_available()):
+        raise ValueError("--fsdp needs CUDA GPUs: on the CPU transformers trains with plain DDP instead (no sharding); "
+                         "drop --fsdp to train data-parallel on CPU processes")
 
 
 def _check_streaming(model_args, training_args) -> None:
@@ -265,7 +301,7 @@ def _streaming_dataset(data_args, training_args, tok):
     ds, columns = streaming_training_set(
         data_args, tok, seed=training_args.seed, rank=training_args.process_index,
         world=max(1, training_args.world_size),
-        batch_per_step=training_args.train_batch_size * training_args.gradient_accumulation_steps,
+        batch_size=training_args.train_batch_size, drop_last=training_args.dataloader_drop_last,
         resume_from=training_args.resume_from_checkpoint)
     if training_args.dataloader_num_workers:
         logger.info("--streaming: the stream is read in the main process (--dataloader_num_workers ignored)")
@@ -289,14 +325,17 @@ def _check_output_room(model, training_args, checkpoints: bool) -> None:
         raise SetupError(f"--output_dir: {e}") from e
 
 def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
-    """Drop the last batch of each epoch when it would hold a single example without a hard negative.
+    """Drop the last batch of each epoch when it would hold a single example without a hard negative
+    (:func:`simcse.training.sources.unusable_last_batch`, the rule a stream's last batch follows too).
 
     InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
     dropped (HF's ``dataloader_drop_last``), so an epoch trains on ``n_rows - 1`` examples: said once in the log.
     A batch of one triplet (sentence, positive, hard negative) is a valid contrastive batch and is kept.
     """
+    from simcse.training.sources import unusable_last_batch
+
     per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
-    if n_views >= 3 or training_args.dataloader_drop_last or n_rows % per_step != 1 or n_rows == 1:
+    if training_args.dataloader_drop_last or not unusable_last_batch(n_rows % per_step, n_views) or n_rows == 1:
         return
     training_args.dataloader_drop_last = True
     logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "

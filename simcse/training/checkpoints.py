@@ -65,7 +65,11 @@ class CheckpointHooks(Trainer):
         if not self.args.should_save:
             return
         model = self.accelerator.unwrap_model(self.model)
-        model.save_pretrained(output_dir)
+        final = getattr(self, "_staging_run_dir", None) is None  # not a checkpoint: the run's model folder
+        if getattr(self, "merge_lora", False) and final:
+            model.save_pretrained(output_dir, merge_lora=True)
+        else:
+            model.save_pretrained(output_dir)
         head = _own_mlm_head_weights(model)
         if head:  # a --do_mlm run resumes with its trained head, not the pre-trained one
             save_file(head, os.path.join(output_dir, MLM_HEAD_NAME))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from simcse.files.inputs import first_undecodable_line, iter_lines, open_bytes, open_text
+from simcse.files.inputs import cell_text, first_undecodable_line, iter_lines, open_bytes, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -217,21 +217,35 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     return ds, columns
 
 
-def complete_rows(batch: dict, columns: list[str]) -> list[bool]:
-    """For a batch of rows (``{column: list}``): whether each row holds a non-blank string in every view column."""
-    return [all(isinstance(batch[c][i], str) and batch[c][i].strip() for c in columns)
-            for i in range(len(batch[columns[0]]))]
+def complete_rows(batch: dict, indices: list[int], columns: list[str], source: str = "the training data",
+                  labels: dict | None = None) -> list[bool]:
+    """For a batch of rows (``{column: list}``, their 0-based ``indices``): whether each row holds a non-blank
+    text in every view column. Cells follow the one rule of every source
+    (:func:`simcse.files.inputs.cell_text`): a missing value is blank (the row is dropped), a number is an error.
+    ``labels`` maps a view to the column name the user knows (the dataset's, before renaming).
+
+    Raises:
+        ValueError: ``"<source>, row 3: column 'id' holds int 7, not text"`` (rows numbered from 1).
+    """
+    labels = labels or {}
+
+    def text(c, i):
+        return cell_text(batch[c][i], lambda: f"{source}, row {indices[i] + 1}: column {labels.get(c, c)!r}")
+
+    return [all(text(c, i).strip() for c in columns) for i in range(len(batch[columns[0]]))]
 
 
-def drop_incomplete_rows(ds, columns: list[str], source: str, what: str = "rows with an empty cell"):
+def drop_incomplete_rows(ds, columns: list[str], source: str, what: str = "rows with an empty cell",
+                         labels: dict | None = None):
     """``ds`` (a ``datasets.Dataset``) without the rows that miss a view (:func:`complete_rows`); the number
     skipped is logged once.
 
     Raises:
-        ValueError: no row is left (the message names ``source``).
+        ValueError: no row is left (the message names ``source``); a cell that is not text (:func:`complete_rows`).
     """
     n_before = len(ds)
-    ds = ds.filter(complete_rows, batched=True, fn_kwargs={"columns": list(columns)})
+    ds = ds.filter(complete_rows, batched=True, with_indices=True,
+                   fn_kwargs={"columns": list(columns), "source": source, "labels": labels})
     skipped = n_before - len(ds)
     if skipped:
         logger.warning("%s: skipped %d %s of %d", source, skipped, what, n_before)
@@ -330,7 +344,8 @@ def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: in
     return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), list(PAIR_COLUMNS)
 
 
-def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None):
+def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None,
+                     prompts: dict | None = None):
     """Tokenise every view once (``datasets.map``, cached), truncating to ``max_seq_length`` tokens.
 
     Adds ``input_ids`` / ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them) as
@@ -338,15 +353,18 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
     """
 
     return ds.map(tokenize_views, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing",
-                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length})
+                  fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length,
+                             "prompts": prompts})
 
 
-def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int) -> dict:
+def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None) -> dict:
     """One batch of rows (``{column: list of str}``) -> ``{input_ids: [[view 0 ids, view 1 ids, ...], ...], ...}``
     (each view cut at ``max_seq_length`` tokens): the map function of :func:`tokenize_dataset`, and of a
     stream tokenised on the fly."""
     n = len(batch[columns[0]])
-    enc = [tokenizer(batch[c], truncation=True, max_length=max_seq_length) for c in columns]
+    prompts = prompts or {}
+    enc = [tokenizer([prompts.get(c, "") + t for t in batch[c]] if prompts.get(c) else batch[c], truncation=True,
+                     max_length=max_seq_length) for c in columns]
     return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
 
 

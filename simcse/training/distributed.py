@@ -44,14 +44,19 @@ def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: the ranks passed different batch sizes.
     """
-    rank, world = world_info()
-    if world == 1:
+    if world_info()[1] == 1:
         return x
+    _check_same_rows(x)
+    return _AllGatherWithGrad.apply(x)
+
+
+def _check_same_rows(x: torch.Tensor) -> None:
+    """Raise ValueError unless every rank passes the same first dimension (a collective: all ranks call it)."""
+    world = world_info()[1]
     sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world)]
     dist.all_gather(sizes, torch.tensor([x.shape[0]], dtype=torch.long, device=x.device))
     if len({int(s) for s in sizes}) != 1:
         raise ValueError(f"all ranks must have the same local batch size to gather negatives; got {[int(s) for s in sizes]}")
-    return _AllGatherWithGrad.apply(x)
 
 
 def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
@@ -61,13 +66,10 @@ def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: the ranks passed different first dimensions.
     """
-    rank, world = world_info()
+    world = world_info()[1]
     if world == 1:
         return x
-    sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([x.shape[0]], dtype=torch.long, device=x.device))
-    if len({int(s) for s in sizes}) != 1:
-        raise ValueError(f"all ranks must have the same local batch size to gather; got {[int(s) for s in sizes]}")
+    _check_same_rows(x)
     parts = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(parts, x.detach().contiguous())
     return torch.cat(parts, dim=0)

@@ -18,12 +18,17 @@ def config_dir() -> Path | None:
     return None
 
 
+ENGINE_CONFIG_DIRS = ("deepspeed",)  # folders of configs/ holding engine files (--deepspeed FILE), not run configs
+
+
 def list_configs() -> list[str]:
-    """Names of the packaged configs, e.g. ``['ablations/table1_crop10', ..., 'unsup_bert_base']``."""
+    """Names of the packaged run configs, e.g. ``['ablations/table1_crop10', ..., 'unsup_bert_base']`` (the
+    DeepSpeed files of ``configs/deepspeed/`` are passed to ``--deepspeed``, not to ``--config``)."""
     d = config_dir()
     if d is None:
         return []
-    return sorted(p.relative_to(d).with_suffix("").as_posix() for p in d.rglob("*.json"))
+    names = (p.relative_to(d).with_suffix("").as_posix() for p in d.rglob("*.json"))
+    return sorted(n for n in names if n.split("/")[0] not in ENGINE_CONFIG_DIRS)
 
 
 def resolve_config(name_or_path: str) -> Path:

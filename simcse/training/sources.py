@@ -126,53 +126,105 @@ def load_training_dataset(data_args, seed: int = 42):
         return datasets.Dataset.from_dict({"sent0": anchors, "sent1": positives}), ["sent0", "sent1"]
     ds = _to_views(ds, views)
     columns = [v for _, v in views]
-    ds = drop_incomplete_rows(ds, columns, label, "rows with an empty or missing view")
+    ds = drop_incomplete_rows(ds, columns, label, "rows with an empty or missing view", labels={v: c for c, v in views})
     if data_args.max_train_samples is not None:
         ds = ds.select(range(min(data_args.max_train_samples, len(ds))))
     logger.info("%s: %d rows, views %s from columns %s", label, len(ds), columns, [c for c, _ in views])
     return ds, columns
 
 
-class StreamingTrainSet(torch.utils.data.IterableDataset):
-    """A tokenised ``datasets.IterableDataset`` (this process's part of the stream) that remembers where it was.
+def unusable_last_batch(rows: int, n_views: int) -> bool:
+    """True for a last batch InfoNCE cannot train on: one sentence (``rows`` counted over all processes) and no
+    hard-negative view. A ``--train_file`` drops it (:func:`simcse.training.build._drop_one_row_last_batch`),
+    and so does a stream that ends with it (:class:`StreamingTrainSet`): one rule for both."""
+    return rows == 1 and n_views < 3
 
-    After every ``record_every`` examples it keeps the stream's ``state_dict()`` (the last ``keep`` of them),
-    so a checkpoint can store the position after exactly the examples the finished optimizer steps consumed,
-    although the data loader has read ahead. ``start`` is the number of examples read before (a resumed run).
+
+def _fewest_rows(rows: int, world: int) -> int:
+    """The fewest of every process's ``rows`` (an all-reduce MIN; ``rows`` itself in one process)."""
+    import torch.distributed as dist
+
+    if world < 2 or not (dist.is_available() and dist.is_initialized()):
+        return rows
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([rows], dtype=torch.long, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+class StreamingTrainSet(torch.utils.data.IterableDataset):
+    """A tokenised ``datasets.IterableDataset`` (this process's part of the stream), read in batches of
+    ``batch_size`` rows (lists of features, for a DataLoader with ``batch_size=None``), that records where it is.
+
+    Its epochs are its own: each pass over the stream is the next epoch (``stream.set_epoch``: a new shuffle),
+    whoever iterates it. The end of the stream is the end of a file: a last batch shorter than ``batch_size`` is
+    trained on, except a batch :func:`unusable_last_batch` refuses and, with ``drop_last``, any short one. With
+    ``world`` processes the ranks stay in step: each batch holds the fewest rows any rank read (an all-reduce),
+    so a longer part gives up its rows past the shortest part's end, and the epoch ends for all ranks at once.
+
+    After every batch it keeps ``(examples, epoch, state)`` (the last ``keep``): ``examples`` counts the rows
+    handed out for training (resumes included, from ``start``), ``state`` is the stream's ``state_dict()`` after
+    that batch, or None when the epoch ended with it. :meth:`position` is what a checkpoint stores.
     """
 
-    def __init__(self, stream, record_every: int, start: int = 0, keep: int = 256):
+    def __init__(self, stream, batch_size: int, n_views: int = 1, drop_last: bool = False, world: int = 1,
+                 start: int = 0, epoch: int = 0, start_state: dict | None = None, keep: int = 256):
         super().__init__()
-        self.stream, self.record_every, self.count = stream, max(1, int(record_every)), int(start)
+        self.stream, self.batch_size, self.n_views = stream, max(1, int(batch_size)), n_views
+        self.drop_last, self.world = bool(drop_last), max(1, int(world))
+        self.count, self.epoch, self._resumed = int(start), int(epoch), start_state is not None
         self._states: deque = deque(maxlen=keep)
+        self._states.append((self.count, self.epoch, start_state))
 
     def set_epoch(self, epoch: int) -> None:
-        """Forwarded to the stream (a new shuffle of shards and buffer for a stream read again)."""
-        self.stream.set_epoch(epoch)
+        """Ignored: the set counts its own passes (an epoch given by the caller restarts at 0 on a resume)."""
+
+    def _one_epoch(self):
+        """Batches of one pass over the stream; True at the end when it yielded none."""
+        import itertools
+
+        self.stream.set_epoch(self.epoch)
+        rows, empty = iter(self.stream), True
+        while True:
+            batch = list(itertools.islice(rows, self.batch_size))
+            n = _fewest_rows(len(batch), self.world)
+            ended = n < self.batch_size
+            if n and not (ended and (self.drop_last or unusable_last_batch(n * self.world, self.n_views))):
+                self.count += n
+                self._states.append((self.count, self.epoch + 1 if ended else self.epoch,
+                                     None if ended else self.stream.state_dict()))
+                empty = False
+                yield batch[:n]  # rows past the shortest part's end are not trained on in this pass
+            if ended:
+                self.epoch += 1
+                return empty
 
     def __iter__(self):
-        self._states.append((self.count, self.stream.state_dict()))
-        for row in self.stream:  # the stream's state already counts the row it yields
-            self.count += 1
-            if self.count % self.record_every == 0:
-                self._states.append((self.count, self.stream.state_dict()))
-            yield row
+        empty = yield from self._one_epoch()
+        if empty and self._resumed:  # resumed at the end of a pass: the next pass, as the run would have read
+            yield from self._one_epoch()
+        self._resumed = False
+
+    def position(self) -> dict:
+        """``{"examples", "epoch", "state"}`` after the last batch handed out (what a checkpoint stores)."""
+        examples, epoch, state = self._states[-1]
+        return {"examples": examples, "epoch": epoch, "state": state}
 
     def state_at(self, examples: int) -> dict:
-        """The stream's state after ``examples`` examples (counted from the run's start, resumes included).
+        """:meth:`position` after ``examples`` rows handed out (counted from the run's start, resumes included).
 
         Raises:
-            KeyError: that position was not recorded (not a multiple of ``record_every``, or too far back).
+            KeyError: no batch ended there (or it is more than ``keep`` batches back).
         """
-        for count, state in reversed(self._states):
+        for count, epoch, state in reversed(self._states):
             if count == examples:
-                return state
+                return {"examples": count, "epoch": epoch, "state": state}
         raise KeyError(f"no stream position recorded after {examples} examples "
-                       f"(recorded: {[c for c, _ in self._states][-5:]})")
+                       f"(recorded: {[c for c, _, _ in self._states][-5:]})")
 
 
-def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: int, batch_per_step: int,
-                           resume_from: str | None = None):
+def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: int, batch_size: int,
+                           drop_last: bool = False, resume_from: str | None = None):
     """``(StreamingTrainSet, view names)`` of ``--dataset_name`` read as a stream (``--streaming true``).
 
     Order of operations: the first ``--max_train_samples`` rows of the source (when set); rows missing a view
@@ -183,8 +235,9 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
     back at the position saved there for this rank (``load_state_dict``), not read again from its start.
 
     Args:
-        batch_per_step: examples this process consumes per optimizer step (per-device batch x accumulation
-            steps): where positions are recorded.
+        batch_size: rows per batch of this process (the per-device batch): batches are made by the set, which
+            records its position after each (:class:`StreamingTrainSet`, also for the end of the stream and
+            the ranks' agreement); ``drop_last``: ``--dataloader_drop_last``.
 
     Raises:
         ValueError: see :func:`view_columns`; a checkpoint without this rank's stream position.
@@ -196,14 +249,16 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
     columns = [v for _, v in views]
     if data_args.max_train_samples is not None:
         stream = stream.take(data_args.max_train_samples)
-    stream = _to_views(stream, views).filter(complete_rows, batched=True, fn_kwargs={"columns": columns})
+    stream = _to_views(stream, views).filter(complete_rows, batched=True, with_indices=True, fn_kwargs={
+        "columns": columns, "source": f"dataset {data_args.dataset_name!r}", "labels": {v: c for c, v in views}})
     if data_args.shuffle_buffer_size:
         stream = stream.shuffle(seed=seed, buffer_size=data_args.shuffle_buffer_size)
     if world > 1:
         stream = split_dataset_by_node(stream, rank=rank, world_size=world)
     stream = stream.map(tokenize_views, batched=True, remove_columns=columns, fn_kwargs={
-        "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length})
-    start = 0
+        "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length,
+        "prompts": data_args.prompt_map()})
+    start, epoch, state = 0, 0, None
     if resume_from:
         saved = os.path.join(resume_from, STREAM_STATE_NAME.format(rank=rank))
         if not os.path.isfile(saved):
@@ -211,45 +266,46 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
                              f"({os.path.basename(saved)}): it was not written by a --streaming run")
         with open(saved, encoding="utf-8") as f:
             record = json.load(f)
-        stream.load_state_dict(record["state"])
-        start = int(record["examples"])
-        logger.info("stream resumed after %d examples of process %d", start, rank)
-    return StreamingTrainSet(stream, batch_per_step, start=start), columns
-
-
-class _StreamLoader(torch.utils.data.DataLoader):
-    """A plain DataLoader whose ``set_epoch`` (called by HF's loop before each epoch) reaches the stream."""
-
-    def set_epoch(self, epoch: int) -> None:
-        self.dataset.set_epoch(epoch)
+        start, state = int(record["examples"]), record["state"]
+        epoch = int(record.get("epoch", state["epoch"] if state else 0))
+        if state is not None:  # None: the checkpoint's pass had ended; the next starts from the top
+            stream.load_state_dict(state)
+        logger.info("stream resumed after %d examples of process %d (pass %d)", start, rank, epoch + 1)
+    return StreamingTrainSet(stream, batch_size, n_views=len(columns), drop_last=drop_last, world=world,
+                             start=start, epoch=epoch, start_state=state if resume_from else None), columns
 
 
 class StreamingHooks(Trainer):
     """HF Trainer hooks for a :class:`StreamingTrainSet`: its own data loader (no re-sharding by accelerate: the
-    stream is already this process's part), its position saved in every checkpoint, and the random state
-    restored at the first step of a resumed run (HF skips that when the data is not skipped again)."""
+    stream is already this process's part; batches made by the set), its position saved in every checkpoint (as
+    counted after the batches the finished steps took), and the random state restored at the first step of a
+    resumed run (HF skips that when the data is not skipped again)."""
 
     _stream_resume: str | None = None  # the checkpoint a streaming run resumes from, until its first step
+    _stream_position: dict | None = None  # the set's position after the batches of the last step
 
     def get_train_dataloader(self):
         ds = self.train_dataset
         if not isinstance(ds, StreamingTrainSet):
             return super().get_train_dataloader()
         pin = self.args.dataloader_pin_memory and torch.cuda.is_available()  # pinning needs an accelerator
-        return _StreamLoader(ds, batch_size=self._train_batch_size, collate_fn=self.data_collator, num_workers=0,
-                             pin_memory=pin)
+        # its own generator: each pass's iter() would otherwise draw from the global RNG (a worker seed), so a
+        # run resumed at the end of a pass would see other dropout masks than the uninterrupted run
+        return torch.utils.data.DataLoader(ds, batch_size=None, collate_fn=self.data_collator, num_workers=0,
+                                           pin_memory=pin, generator=torch.Generator().manual_seed(self.args.seed))
 
     def _save_rng_state(self, output_dir):
         super()._save_rng_state(output_dir)
         ds = self.train_dataset
         if isinstance(ds, StreamingTrainSet):
-            examples = self.state.global_step * self._train_batch_size * self.args.gradient_accumulation_steps
-            record = {"examples": examples, "state": ds.state_at(examples)}
+            record = self._stream_position or ds.position()
             write_text_atomic(os.path.join(output_dir, STREAM_STATE_NAME.format(rank=self.args.process_index)),
                               json.dumps(record), what="the stream position")
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         out = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if isinstance(self.train_dataset, StreamingTrainSet) and out[0]:
+            self._stream_position = self.train_dataset.position()  # before any read-ahead of a later step
         if self._stream_resume is not None:  # as HF does after skipping batches: the RNG of the checkpoint
             self._load_rng_state(self._stream_resume)
             self._stream_resume = None

@@ -59,11 +59,14 @@ def parse_args(argv: list[str]):
     """
     from transformers import HfArgumentParser, TrainingArguments
 
+    from simcse.files.errors import command_prog
+
     from simcse.training.arguments import DataTrainingArguments, ModelArguments, RunArguments
     from simcse.training.compat import check_fp16_device, check_max_steps, flag_given, translate_legacy_args
     from simcse.training.recipes import resolve_config
 
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments, RunArguments))
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments, RunArguments),
+                              prog=command_prog("train"))
 
     def one_line_error(message: str):  # argparse would print the ~130-line usage first
         raise SetupError(f"{message} (see --help)")

@@ -29,11 +29,9 @@ import logging
 import numpy as np
 import torch
 from torch import nn
-from transformers import TrainerCallback
 
-from simcse.training.distributed import all_gather_nograd, all_gather_with_grad, world_info
 from simcse.training.gradcache import cuda_devices_of, grad_cache_step, split_chunks
-from simcse.training.objectives.base import LossContext, total_loss
+from simcse.training.objective_hooks import ObjectiveHooks, ObjectiveStepHook
 from simcse.training.checkpoints import CheckpointHooks
 from simcse.training.dev_eval import DevEvaluation, STSDevSet
 from simcse.training.sources import StreamingHooks
@@ -41,7 +39,7 @@ from simcse.training.sources import StreamingHooks
 logger = logging.getLogger(__name__)
 
 
-class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
+class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHooks):
     """HF Trainer for SimCSE (paper Section 3-4).
 
     Args (besides Trainer's):
@@ -91,7 +89,8 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
     def __init__(self, *args, objective=None, temp: float = 0.05, hard_negative_alpha: float = 1.0,
                  mlm_weight: float = 0.1, senteval_dir: str | None = None, eval_max_length: int | None = None,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
-                 no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, **kwargs):
+                 no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, merge_lora: bool = False,
+                 **kwargs):
         if objective is None:  # the keyword arguments of the reference's trainer: InfoNCE with its ablations
             from simcse.training.objectives.compose import simcse_objective
 
@@ -117,11 +116,12 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
         self.eval_max_length = eval_max_length
         self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
         self.no_duplicates_rows = no_duplicates_rows
+        self.merge_lora = bool(merge_lora)
         self._loss_parts: dict[str, list[float]] = {}
         self._check_objective_setup()
         if self.gradient_cache_chunk_size:
             self._check_grad_cache_setup()
-        self.add_callback(_ObjectiveStepHook(self))
+        self.add_callback(ObjectiveStepHook(self))
 
     @staticmethod
     def _default_ddp_find_unused(model, args, mlm_weight: float) -> None:
@@ -139,16 +139,6 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
         has_head = getattr(model, "mlm_head", None) is not None
         args.ddp_find_unused_parameters = bool(has_head and not mlm_weight > 0)
 
-    def _check_objective_setup(self) -> None:
-        """Refuse what the objective declares it cannot do, before training starts."""
-        world = max(1, self.args.world_size)
-        if world > 1 and not self.objective.supports_gather:
-            raise ValueError(f"--loss {self.objective.name} does not support training on {world} processes "
-                             "(its loss is not defined over gathered in-batch negatives); train on one process")
-        if self.gradient_cache_chunk_size and not self.objective.supports_grad_cache:
-            raise ValueError(f"--gradient_cache_chunk_size is not supported by --loss {self.objective.name} (its loss "
-                             "needs more than the embeddings); unset it")
-
     def _check_grad_cache_setup(self) -> None:
         """Reject settings that gradient caching cannot honour (several backward calls per step)."""
         from transformers.training_args import OptimizerNames
@@ -160,46 +150,6 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
         if getattr(self.accelerator, "parallelism_config", None) is not None and getattr(self.accelerator.parallelism_config, "cp_enabled", False):
             raise ValueError("gradient_cache_chunk_size is not supported with context parallelism")
 
-    # ------------------------------------------------------------------------------------------- loss
-    def loss_context(self, model=None, batch=None) -> LossContext:
-        """The :class:`~simcse.training.objectives.base.LossContext` of this step (process, step, gather)."""
-        rank, world = world_info()
-        unwrapped = self.accelerator.unwrap_model(model if model is not None else self.model)
-        return LossContext(
-            model=unwrapped, rank=rank, world=world, global_step=self.state.global_step, seed=self.args.seed,
-            gather=all_gather_with_grad if world > 1 else (lambda t: t),
-            gather_nograd=all_gather_nograd if world > 1 else (lambda t: t),
-            batch_size=0 if batch is None else int(batch["input_ids"].shape[0]),
-            full_batch=batch if batch is not None else {}, log=self._record_part)
-
-    def _record_part(self, name: str, value: float) -> None:
-        self._loss_parts.setdefault(name, []).append(float(value))
-
-    def _embed(self, model, inputs) -> torch.Tensor:
-        """All views of a (B, V, L) batch -> (B, V, H) embeddings (the objective's :meth:`embed`: one encoder
-        call of B*V rows by default; the fixed-dropout and two-encoder ablations route views their own way)."""
-        return self.objective.embed(model, inputs, self.loss_context(model, inputs))
-
-    def contrastive_loss(self, z: torch.Tensor, inputs=None, model=None) -> torch.Tensor:
-        """The objective's embedding loss on this rank's (B, V, H) embeddings -> float32 scalar; named parts are
-        summed and recorded for logging (``loss_<name>``)."""
-        inputs = inputs if inputs is not None else {"input_ids": torch.empty(z.shape[:2] + (0,), dtype=torch.long)}
-        total, parts = total_loss(self.objective.loss(z, inputs, self.loss_context(model, inputs)))
-        for name, part in parts.items():
-            self._record_part(name, part.detach().item())
-        return total
-
-    def _chunk_terms(self, model, z, chunk, full) -> torch.Tensor | None:
-        """The objective's :meth:`chunk_loss` for one encoder call (summed; parts recorded)."""
-        ctx = self.loss_context(model, full)
-        total, parts = total_loss(self.objective.chunk_loss(z, chunk, ctx))
-        for name, part in parts.items():
-            self._record_part(name, part.detach().item())
-        return total
-
-    def _prepare_objective_batch(self, model, inputs: dict) -> dict:
-        return dict(self.objective.prepare_batch(inputs, self.loss_context(model, inputs)))
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = self._prepare_objective_batch(model, inputs)
         z = self._embed(model, inputs)  # (B, V, H)
@@ -208,14 +158,6 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
         if extra is not None:
             loss = loss + extra
         return (loss, {"embeddings": z}) if return_outputs else loss
-
-    def log(self, logs: dict, *args, **kwargs) -> None:
-        """HF's log, plus the mean of each named loss part since the last log line (``loss_<name>``; this
-        process's values)."""
-        if "loss" in logs and self._loss_parts:
-            logs = {**logs, **{f"loss_{k}": round(sum(v) / len(v), 4) for k, v in self._loss_parts.items()}}
-            self._loss_parts = {}
-        return super().log(logs, *args, **kwargs)
 
     # ------------------------------------------------------------------------------ gradient caching
     def training_step(self, model: nn.Module, inputs: dict[str, torch.Tensor], num_items_in_batch=None) -> torch.Tensor:
@@ -283,13 +225,6 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
                     cb.restore_handlers()
 
     # ------------------------------------------------------------------------------------------- data
-    def _set_signature_columns_if_needed(self) -> None:
-        """HF keeps only the model's forward arguments as dataset columns: keep the objective's label columns
-        (e.g. ``score``) too, which the collator carries to the loss."""
-        super()._set_signature_columns_if_needed()
-        extra = [c for c in self.objective.label_columns if c not in self._signature_columns]
-        self._signature_columns = [*self._signature_columns, *extra]
-
     def _get_train_sampler(self, train_dataset=None):
         """HF's sampler; for a :class:`simcse.training.data.KeyedDataset` (augmentation runs) an
         :class:`simcse.training.data.EpochKeyedSampler` seeded with ``data_seed`` (or ``seed``), whose keys carry the epoch
@@ -311,13 +246,3 @@ class SimCSETrainer(StreamingHooks, DevEvaluation, CheckpointHooks):
 
 
 
-
-class _ObjectiveStepHook(TrainerCallback):
-    """Calls the objective's :meth:`on_step_end` after every optimizer step (a momentum update, a queue push)."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        t = self.trainer
-        t.objective.on_step_end(t.accelerator.unwrap_model(t.model), t.loss_context())

@@ -1,13 +1,13 @@
-"""scripts/benchmark_encode.py: arguments and the per-quality-level speed-up (no timed runs here)."""
+"""scripts/benchmarks/encode.py: arguments and the per-quality-level speed-up (no timed runs here)."""
 import numpy as np
 import pytest
 
-from conftest import load_script
+from scripts.benchmarks import encode
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script("benchmark_encode")
+    return encode
 
 
 def test_speedup_is_fastest_over_fastest_per_level(bench, capsys):

@@ -4,12 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import load_script
+from scripts.benchmarks import gpu as gpu_benchmark
+from scripts.benchmarks import train as train_benchmark
 
 
 # ------------------------------------------------------------------------------ benchmark accounting
 def _bench():
-    return load_script("benchmark_train")
+    return train_benchmark
 
 
 def test_benchmark_token_counter_counts_real_and_padded_tokens():
@@ -22,9 +23,9 @@ def test_benchmark_token_counter_counts_real_and_padded_tokens():
 
 @pytest.mark.slow
 def test_gpu_benchmark_script_runs_on_cpu_as_a_smoke_test(capsys):
-    """scripts/benchmark_gpu.py (for a lent GPU) builds its own random model, tokenizer and data; on CPU with
+    """scripts/benchmarks/gpu.py (for a lent GPU) builds its own random model, tokenizer and data; on CPU with
     the tiny shape it must run end to end and report a finite rate and MFU for every batch size."""
-    mod = load_script("benchmark_gpu")
+    mod = gpu_benchmark
     out = mod.main(["--device", "cpu", "--shape", "tiny", "--batch-sizes", "4,8", "--warmup", "1", "--steps", "1",
                     "--threads", "1", "--variants", "ours"])
     assert sorted(out["runs"]) == [4, 8]

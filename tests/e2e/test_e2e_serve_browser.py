@@ -1,7 +1,7 @@
 """The `simcse serve` page in a real headless Chromium (Debian's `chromium` through playwright's Python API).
 
 Outside CI a missing browser skips this test; with CI=true it fails, so a CI machine without Chromium
-cannot pass silently. The page is driven with the helpers of scripts/screenshot_serve.py.
+cannot pass silently. The page is driven with the helpers of scripts/benchmarks/screenshot_serve.py.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import load_script
+from scripts.benchmarks import screenshot_serve
 
 pytest.importorskip("fastapi", reason="pip install 'simcse[serve]'")
 
@@ -44,7 +44,7 @@ def _require(what: str, ok: bool) -> None:
 
 @pytest.fixture(scope="module")
 def shot():
-    return load_script("screenshot_serve")
+    return screenshot_serve
 
 
 @pytest.fixture(scope="module")

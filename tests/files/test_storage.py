@@ -109,3 +109,66 @@ def test_result_json_is_whole_or_absent(tmp_path, monkeypatch):
     monkeypatch.setattr(simcse.files.storage.os, "replace", real_replace)
     assert json.loads(target.read_text()) == {"old": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+# ------------------------------------------------------------------------ a termination signal while writing
+_SIGNALLED_CHILD = r'''
+import os, signal, sys
+import numpy as np
+from simcse import cli
+from simcse.retrieval import tool as tool_mod
+
+case, model, inp, out = sys.argv[1:5]
+if case == "npy":  # SIGTERM in the middle of the encoding loop, the .partial file half filled
+    real, calls = tool_mod.SimCSE.encode, []
+    def encode(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *a, **kw)
+    tool_mod.SimCSE.encode = encode
+else:  # SIGTERM while a shard's bytes are being written
+    real_write = np.lib.format.write_array
+    def write_array(f, *a, **kw):
+        real_write(f, *a, **kw)
+        os.kill(os.getpid(), signal.SIGTERM)
+    np.lib.format.write_array = write_array
+extra = ["--chunk-size", "2"] if case == "npy" else ["--shard-size", "4"]
+sys.exit(cli.main(["encode", "--model", model, "--pooler", "avg", "--input", inp, "--output", out,
+                   "--device", "cpu", *extra]))
+'''
+
+
+@pytest.mark.slow  # a fresh interpreter per case (torch, transformers)
+@pytest.mark.parametrize("case, output", [("npy", "emb.npy"), ("shards", "emb")])
+def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path, tiny_bert_dir, case, output):
+    """SIGTERM ends the write as an error does: the temporary file is removed, the exit status is a signal's (143)."""
+    import subprocess
+    import sys
+
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(SENTENCES) + "\n")
+    r = subprocess.run([sys.executable, "-c", _SIGNALLED_CHILD, case, str(tiny_bert_dir), str(inp),
+                        str(tmp_path / output)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert r.returncode == 128 + 15, (r.returncode, r.stderr[-2000:])
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.name.startswith("."))
+    assert left == [], left
+    assert not (tmp_path / "emb.npy").exists()
+
+
+def test_a_signal_handler_of_the_program_is_kept_while_writing(tmp_path):
+    """A program that handles SIGTERM itself (training saves a checkpoint on it) keeps its handler."""
+    import signal
+
+    from simcse.files.storage import writing
+
+    seen = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
+    try:
+        with writing("x", tmp_path):
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, old)

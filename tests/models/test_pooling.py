@@ -8,7 +8,7 @@ from simcse.models.modeling import SimCSEModel
 from simcse.models.pooling import POOLERS, get_pooler
 
 
-ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings"]
+ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
 
 
 def test_registry_names_and_unknown():

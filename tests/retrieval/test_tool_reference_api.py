@@ -47,7 +47,9 @@ def test_reference_parameters_lead_in_order_and_the_rest_are_keyword_only(method
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in lead)
     for p, (name, default) in zip(lead, ref):
         if name == "max_length":  # None means the tool's max_length, which defaults to the reference's 128
-            assert p.default is None and SimCSE.__init__.__kwdefaults__["max_length"] == default
+            from simcse.retrieval.tool import DEFAULT_MAX_LENGTH  # (None there: 128, or a loaded index's record)
+
+            assert p.default is None and DEFAULT_MAX_LENGTH == default
         else:
             assert p.default == default, name
     extra = [p for p in params[len(ref):] if p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -56,7 +58,7 @@ def test_reference_parameters_lead_in_order_and_the_rest_are_keyword_only(method
 
 def test_constructor_positional_equals_keyword(tiny_bert_dir, model):
     kw = SimCSE(str(tiny_bert_dir), device="cpu", num_cells=100, num_cells_in_search=10, pooler="avg")
-    assert (model.pooler, model.num_cells, model.num_cells_in_search) == ("avg", 100, 10)
+    assert (model.pooler, model.num_cells, model.num_cells_in_search, model.max_length) == ("avg", 100, 10, 128)
     assert (kw.pooler, kw.num_cells, kw.num_cells_in_search) == ("avg", 100, 10)
     assert str(model.device) == "cpu" and model.tokenizer is model.model.tokenizer
     assert torch.equal(model.encode(SENTENCES), kw.encode(SENTENCES))

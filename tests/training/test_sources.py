@@ -3,6 +3,7 @@ as the same data given as --train_file (every downstream option), column mapping
 that name a dataset, and --streaming (max_steps, resume from the stream's saved position)."""
 import csv
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -245,3 +246,88 @@ def test_offline_hub_dataset_stops_with_one_line_naming_it(data, tmp_path, monke
                                "--dataset_data_files", "wiki1m_for_simcse.txt"))
     assert "--dataset_name 'princeton-nlp/datasets-for-simcse'" in msg and "Hub cannot be reached" in msg
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------- a stream that does not divide into whole batches
+def _short_hub(root, n, name="short"):
+    """A Hub-layout folder of ``n`` sentences (config ``wiki``)."""
+    hub = root / name
+    (hub / "data").mkdir(parents=True)
+    (hub / "data" / "wiki.txt").write_text("\n".join(random_sentences(n, seed=5)) + "\n")
+    (hub / "README.md").write_text("---\nconfigs:\n- config_name: wiki\n  data_files:\n  - split: train\n"
+                                   "    path: data/wiki.txt\n---\n")
+    return hub
+
+
+def _short_argv(data, hub, out, steps, extra=()):
+    return _argv(data, out, "--dataset_name", str(hub), "--dataset_config_name", "wiki", "--streaming", "true",
+                 steps=steps, extra=("--save_strategy", "steps", "--save_steps", "4", "--shuffle_buffer_size", "0",
+                                     *extra))
+
+
+def test_streaming_position_is_counted_and_resume_equals_the_run(data, tmp_path):
+    """20 rows at batch 8 read 8 + 8 + 4: the checkpoint after step 4 is at 28 rows (the next pass's first 8)."""
+    hub = _short_hub(tmp_path, 20)
+    seen = []
+    full = run_training(_short_argv(data, hub, tmp_path / "full", steps=8), on_build=_spy(seen))
+    assert full.state.global_step == 8
+    assert [len(seen)] == [8 + 8 + 4 + 8 + 8 + 4 + 8 + 8]
+    saved = json.loads((tmp_path / "full" / "checkpoint-4" / "stream_state_0.json").read_text())
+    assert saved["examples"] == 28 and saved["epoch"] == 1
+    resumed = run_training(_short_argv(data, hub, tmp_path / "resumed", steps=8)
+                           + ["--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-4")])
+    assert resumed.train_dataset.count == 56
+    assert logged_losses(resumed)[-4:] == logged_losses(full)[-4:]
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "resumed")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_streaming_resume_at_the_end_of_a_pass_goes_on_with_the_next(data, tmp_path):
+    """16 rows at batch 8: the checkpoint after step 2 is at the end of the first pass."""
+    hub = _short_hub(tmp_path, 16)
+    full = run_training(_short_argv(data, hub, tmp_path / "full", steps=4, extra=("--save_steps", "2")))
+    resumed = run_training(_short_argv(data, hub, tmp_path / "resumed", steps=4, extra=("--save_steps", "2"))
+                           + ["--resume_from_checkpoint", str(tmp_path / "full" / "checkpoint-2")])
+    assert resumed.state.global_step == 4 and logged_losses(resumed)[-2:] == logged_losses(full)[-2:]
+
+
+def test_stream_ending_in_one_sentence_trains_all_steps_as_the_file(data, tmp_path):
+    """17 rows at batch 8: the last batch of one sentence is dropped, as for --train_file; every pass is 8 + 8."""
+    hub = _short_hub(tmp_path, 17)
+    seen = []
+    trainer = run_training(_short_argv(data, hub, tmp_path / "s", steps=6), on_build=_spy(seen))
+    assert trainer.state.global_step == 6 and len(seen) == 48 and len(set(seen)) == 16
+    by_file = run_training(_argv(data, tmp_path / "f", "--train_file", str(hub / "data" / "wiki.txt"), steps=6))
+    assert by_file.state.global_step == 6
+
+
+def test_stream_honours_dataloader_drop_last(data, tmp_path):
+    hub = _short_hub(tmp_path, 20)
+    seen = []
+    run_training(_short_argv(data, hub, tmp_path / "s", steps=5, extra=("--dataloader_drop_last", "true")),
+                 on_build=_spy(seen))
+    assert len(seen) == 40 and len(set(seen)) == 16  # 8 + 8 each pass, the 4 left over never read
+
+
+def _stream_worker(rank: int, port: int, argv: list, out: str) -> None:
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    trainer = run_training(argv)
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(
+        {"steps": trainer.state.global_step, "count": trainer.train_dataset.count}))
+
+
+@pytest.mark.slow
+def test_streaming_parts_of_unequal_length_stay_in_step(data, tmp_path):
+    """21 rows in 2 processes: parts of 11 and 10 rows (every other row); each step both take the same count."""
+    from conftest import free_port, run_processes
+
+    hub = _short_hub(tmp_path, 21)
+    argv = _short_argv(data, hub, tmp_path / "out", steps=5, extra=("--ddp_backend", "gloo", "--save_strategy", "no",
+                                                                   "--save_on_signal", "none"))
+    run_processes(_stream_worker, (free_port(), argv, str(tmp_path)), nprocs=2, timeout_s=300)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert got == [{"steps": 5, "count": 8 + 2 + 8 + 2 + 8}] * 2

@@ -1,0 +1,122 @@
+"""scripts.benchmarks.common: the GEMM ceiling behind the benchmarks' MFU (warm-up, best of passes, shape-matched
+mix), the agreement rules that repeat rounds and ceilings, and the worker helpers."""
+from __future__ import annotations
+
+import pytest
+
+from scripts.benchmarks.common import (best_rates, ceiling_disagreements, gemm_ceiling, gemm_dims, max_ceiling, mix_rate,
+                                       repeat_until_stable, settle_ceilings, spread, stable_window)
+
+
+def test_gemm_ceiling_is_a_positive_rate_per_precision_and_kind():
+    rates = gemm_ceiling(threads=1, shape={"hidden": 8, "intermediate": 16}, tokens=12, reps=1, passes=1, warmup=1)
+    assert set(rates) == {"fp32", "bf16"}
+    assert all(set(r) == {"model", "square"} and min(r.values()) > 0 for r in rates.values())
+
+
+def test_gemm_dims_are_the_linear_layers_products_at_the_real_token_count():
+    dims = gemm_dims({"hidden": 384, "intermediate": 1536}, tokens=3072)
+    assert dims[:3] == [(3072, 384, 384), (3072, 384, 1536), (3072, 1536, 384)]  # forward
+    assert sorted(dims[3:]) == sorted([(384, 3072, 384), (1536, 3072, 384), (384, 3072, 1536)])  # weight gradients
+    with pytest.raises(ValueError, match="tokens"):
+        gemm_dims({"hidden": 4, "intermediate": 8}, tokens=0)
+
+
+class ScriptedTimer:
+    """Stands in for a matmul timer: returns the next scripted seconds, records the shapes asked."""
+
+    def __init__(self, seconds):
+        self.seconds, self.calls = list(seconds), []
+
+    def __call__(self, m, k, n):
+        self.calls.append((m, k, n))
+        return self.seconds.pop(0)
+
+
+def test_best_rates_skip_the_warm_up_and_keep_the_fastest_repetition():
+    d = (10, 10, 10)  # 2000 FLOPs a product
+    # 2 warm-up products (instantaneous: they would win if they counted), then 2 passes x 3 repetitions
+    timer = ScriptedTimer([1e-9, 1e-9, 4.0, 2.0, 4.0, 1.0, 8.0, 4.0])
+    assert best_rates([d], timer, reps=3, passes=2, warmup=2) == {d: 2000.0}  # 2000 FLOPs / 1 s
+    assert timer.calls == [d] * 8 and not timer.seconds
+
+
+def test_best_rates_warm_every_shape_before_timing_any():
+    a, b = (1, 1, 1), (2, 2, 2)
+    timer = ScriptedTimer([9.0, 9.0, 1.0, 1.0])
+    best_rates([a, b], timer, reps=1, passes=1, warmup=1)
+    assert timer.calls == [a, b, a, b]
+
+
+def test_best_rates_reject_a_timing_that_is_not_positive():
+    with pytest.raises(ValueError, match="timed at 0.0"):
+        best_rates([(2, 2, 2)], ScriptedTimer([0.0]), reps=1, passes=1, warmup=0)
+
+
+def test_mix_rate_is_total_flops_over_total_time():
+    # 2000 FLOPs at 1000/s (2 s) and 16000 FLOPs at 16000/s (1 s): 18000 FLOPs in 3 s
+    assert mix_rate({(10, 10, 10): 1000.0, (20, 20, 20): 16000.0}) == pytest.approx(6000.0)
+
+
+def test_gemm_ceiling_reports_the_shape_matched_and_square_rates_from_the_timer():
+    shape = {"hidden": 4, "intermediate": 8}
+
+    def timer(precision):
+        speed = {"fp32": 1e9, "bf16": 4e9}[precision]  # FLOP/s, square products twice as fast as the model's
+        return lambda m, k, n: 2.0 * m * k * n / (speed * (2 if m == k == n else 1))
+
+    out = gemm_ceiling(threads=1, shape=shape, tokens=12, reps=2, passes=1, warmup=1, timer=timer)
+    assert out["fp32"] == pytest.approx({"model": 1e9, "square": 2e9})
+    assert out["bf16"] == pytest.approx({"model": 4e9, "square": 8e9})
+
+
+def test_spread_and_stable_window():
+    assert spread([1.0, 1.1]) == pytest.approx(0.1) and spread([2.0]) == 0.0 and spread([0.0, 1.0]) == float("inf")
+    assert stable_window([1.39, 1.06], 2) is None                  # the unsteady pair of a shared machine
+    assert stable_window([1.39, 1.06, 1.10], 2) == (1, 3)          # the latest agreeing pair
+    assert stable_window([1.0, 1.05, 1.5, 1.6], 2) == (2, 4)
+    assert stable_window([1.0, 1.5, 1.0, 1.5], 2) is None
+
+
+def test_repeat_until_stable_adds_rounds_until_the_ratios_agree():
+    ratios, notes = iter([1.39, 1.06, 1.30, 1.10, 1.12]), []
+    values, window, stable = repeat_until_stable(lambda i: next(ratios), rounds=2, max_extra=5, say=notes.append)
+    assert values == [1.39, 1.06, 1.30, 1.10, 1.12] and window == (3, 5) and stable
+    assert len(notes) == 3 and "disagree by 31%" in notes[0] and "repeating a round (1 of 5)" in notes[0]
+
+
+def test_repeat_until_stable_is_bounded_and_says_so():
+    ratios, notes = iter([1.0, 1.5, 1.0, 1.5, 1.0, 1.5]), []
+    values, window, stable = repeat_until_stable(lambda i: next(ratios), rounds=2, max_extra=2, say=notes.append)
+    assert values == [1.0, 1.5, 1.0, 1.5] and window == (0, 4) and not stable
+    assert "still disagree" in notes[-1] and len(notes) == 3
+
+
+def test_repeat_until_stable_runs_no_extra_round_when_the_rounds_agree():
+    notes = []
+    values, window, stable = repeat_until_stable(lambda i: 1.5 + 0.01 * i, rounds=2, max_extra=3, say=notes.append)
+    assert values == [1.5, 1.51] and window == (0, 2) and stable and not notes
+
+
+def ceiling(fp32, bf16):
+    return {"fp32": {"model": fp32, "square": fp32}, "bf16": {"model": bf16, "square": bf16}}
+
+
+def test_ceiling_disagreements_name_the_precision_and_kind():
+    assert ceiling_disagreements(ceiling(220e9, 2000e9), ceiling(230e9, 2100e9)) == []
+    bad = ceiling_disagreements(ceiling(220e9, 1010e9), ceiling(225e9, 2532e9))  # the cold/warm pair of a run
+    assert bad == ["bf16 model 1010 vs 2532 GFLOP/s (+151%)", "bf16 square 1010 vs 2532 GFLOP/s (+151%)"]
+    assert max_ceiling([ceiling(1, 5), ceiling(2, 3)]) == ceiling(2, 5)
+
+
+def test_settle_ceilings_measures_again_until_two_agree_and_keeps_the_highest():
+    again, notes = iter([ceiling(225e9, 2532e9), ceiling(224e9, 2400e9)]), []
+    best, results, agreed = settle_ceilings(ceiling(220e9, 1010e9), lambda: next(again), max_extra=3, say=notes.append)
+    assert agreed and len(results) == 3 and best == ceiling(225e9, 2532e9)
+    assert len(notes) == 1 and "bf16 model 1010 vs 2532" in notes[0] and "(1 of 3)" in notes[0]
+
+
+def test_settle_ceilings_is_bounded():
+    again, notes = iter([ceiling(1, 2), ceiling(1, 1), ceiling(1, 2)]), []
+    best, results, agreed = settle_ceilings(ceiling(1, 1), lambda: next(again), max_extra=1, say=notes.append)
+    assert not agreed and len(results) == 3 and "still disagree" in notes[-1]
