@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shared launcher of run_unsup_example.sh and run_sup_example.sh (not meant to be called directly).
 # Inputs (set by the caller): GPU_CONFIG, CPU_CONFIG, DEFAULT_TRAIN_FILE, DOWNLOAD_SCRIPT. User overrides: CONFIG, MODEL, TRAIN_FILE, OUTPUT_DIR,
-# MAX_STEPS, MAX_TRAIN_SAMPLES, NUM_GPU, PYTHON, plus any scripts/train.py option as arguments.
+# MAX_STEPS (a short run: written to the config's output_dir + "-steps$MAX_STEPS" unless OUTPUT_DIR is set), MAX_TRAIN_SAMPLES,
+# NUM_GPU, PYTHON, plus any scripts/train.py option as arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
@@ -22,6 +23,11 @@ else
   args+=(--use_cpu true)
 fi
 [ -n "${MAX_STEPS:-}" ] && args+=(--max_steps "$MAX_STEPS")
+if [ -n "${MAX_STEPS:-}" ] && [ -z "${OUTPUT_DIR:-}" ]; then
+  # a short run gets its own folder (the config's output_dir + "-steps$MAX_STEPS"), so it never replaces the full run
+  base_out=$($PYTHON -c "import sys; from simcse.training.config import load_config; print(load_config(sys.argv[1]).get('output_dir', ''))" "$CONFIG")
+  [ -n "$base_out" ] && OUTPUT_DIR="${base_out%/}-steps$MAX_STEPS"
+fi
 [ -n "${MAX_TRAIN_SAMPLES:-}" ] && args+=(--max_train_samples "$MAX_TRAIN_SAMPLES")
 [ -n "${OUTPUT_DIR:-}" ] && args+=(--output_dir "$OUTPUT_DIR")
 args+=(--train_file "$TRAIN_FILE" --overwrite_output_dir true)  # as the reference scripts

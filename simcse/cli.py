@@ -38,9 +38,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simcse.evaluation.cli import DefaultsHelpFormatter, add_both_spellings
 from simcse.files.errors import UsageError, running_command
 from simcse.interop.commands import cmd_convert, cmd_export
 from simcse.retrieval.commands import cmd_encode, cmd_index, cmd_search
+from simcse.retrieval.lifecycle import SEARCH_THRESHOLD
 
 EXIT_USAGE = 2
 
@@ -49,27 +51,37 @@ CLIError = UsageError  # a problem with the command's inputs: ``error: ...``, ex
 
 
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--model", "--model_name_or_path", dest="model", required=required,
+    p.add_argument("--model_name_or_path", "--model", dest="model", required=required,
                    help="model folder saved by simcse, a plain HF encoder folder, or a hub name")
     p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder or index records; cls for a plain HF encoder)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-length", type=int, default=None,
+    p.add_argument("--batch_size", "--batch-size", type=int, default=64, help="sentences encoded per forward pass")
+    p.add_argument("--max_length", "--max-length", type=int, default=None,
                    help="truncation in tokens (default 128; for an --index, the one it was built with)")
-    p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32")
+    p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32 "
+                   "(default: float32)")
 
 
 def _add_dataset_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a dataset instead of --input (simcse.files.dataset_source)")
     g.add_argument("--dataset_name", "--dataset-name", dest="dataset_name", default=None,
                    help="Hub dataset id, local folder in the Hub's layout, or save_to_disk folder")
-    g.add_argument("--dataset_config_name", "--dataset-config-name", dest="dataset_config_name", default=None)
-    g.add_argument("--dataset_split", "--dataset-split", dest="dataset_split", default="train")
+    g.add_argument("--dataset_config_name", "--dataset-config-name", dest="dataset_config_name", default=None,
+                   help="the configuration of --dataset_name (a config_name of its README; default: its only one)")
+    g.add_argument("--dataset_split", "--dataset-split", dest="dataset_split", default="train",
+                   help="the split of --dataset_name to read")
     g.add_argument("--dataset_data_files", "--dataset-data-files", dest="dataset_data_files", default=None,
                    help="file name or glob pattern inside the dataset")
     g.add_argument("--sentence_column", "--sentence-column", dest="sentence_column", default="text",
                    help="the dataset's sentence column (default text)")
-    g.add_argument("--streaming", action="store_true", help="read the dataset as a stream (never loaded whole)")
+    g.add_argument("--streaming", action="store_true", help="read the dataset as a stream (never loaded whole; "
+                   "default: loaded as a dataset)")
+
+
+def _spelled(argv: list[str], dest: str) -> str:
+    """The spelling of option ``dest`` that ``argv`` used (``--batch_size`` or ``--batch-size``), for messages."""
+    dashed = "--" + dest.replace("_", "-")
+    return dashed if any(a == dashed or a.startswith(dashed + "=") for a in argv) else "--" + dest
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,10 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", required=True, help=".npy file to write (float32, N x H), or a folder: the file "
                    "streamed into resumable shards plus manifest.json (data-parallel under torchrun)")
     _add_dataset_args(e)
-    e.add_argument("--no-normalize", action="store_true", help="keep raw embeddings (default: unit length)")
-    e.add_argument("--skip-blank", action="store_true", help="skip blank lines instead of failing on them")
-    e.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded per step")
-    e.add_argument("--shard-size", type=int, default=None, help="folder output: rows per shard (default 100000)")
+    e.add_argument("--no_normalize", "--no-normalize", action="store_true", help="keep raw embeddings (default: unit length)")
+    e.add_argument("--skip_blank", "--skip-blank", action="store_true", help="skip blank lines instead of failing on "
+                   "them (default: a blank line is an error)")
+    e.add_argument("--chunk_size", "--chunk-size", type=int, default=10_000, help="lines encoded per step")
+    e.add_argument("--shard_size", "--shard-size", type=int, default=None, help="folder output: rows per shard (default 100000)")
     e.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="folder output: stored dtype")
 
     i = sub.add_parser("index", help="build a search index of the lines of a text file")
@@ -101,41 +114,51 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dataset_args(i)
     i.add_argument("--output", required=True, help="folder to write the index into")
     g = i.add_mutually_exclusive_group()
-    g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None, help="require faiss")
-    g.add_argument("--no-faiss", dest="use_faiss", action="store_false", help="numpy exact search")
+    g.add_argument("--faiss", dest="use_faiss", action="store_true", default=None,
+                   help="require faiss (default: faiss when installed, else numpy)")
+    g.add_argument("--no_faiss", "--no-faiss", dest="use_faiss", action="store_false",
+                   help="numpy exact search (default: faiss when installed)")
     i.add_argument("--fast", action="store_true", help="the same as --kind ivf (approximate faiss IVF-Flat index, "
-                   "inner product, nlist ~4*sqrt(N) unless --nlist); with another --kind it is an error")
+                   "inner product, nlist ~4*sqrt(N) unless --nlist); with another --kind it is an error (default: off)")
     i.add_argument("--kind", choices=["exact", "ivf", "ivfpq", "hnsw"], default=None,
                    help="exact (faiss IndexFlatIP / numpy), ivf (IVF-Flat), ivfpq (IVF-PQ, re-ranked from vectors "
                    "on disk), hnsw; default exact (ivf with --fast)")
-    for flag, what in (("--nlist", "IVF clusters (default ~4*sqrt(N))"), ("--nprobe", "IVF clusters visited per query"),
-                       ("--train-size", "IVF training vectors"), ("--pq-m", "IVF-PQ bytes per code (default H/8)"),
-                       ("--refine-factor", "IVF-PQ candidates re-ranked per result (1: none; default 50)"),
-                       ("--hnsw-m", "HNSW neighbours per node (default 32)"),
-                       ("--ef-search", "HNSW search list (default 64)")):
+    for flag, what in (("--nlist", "IVF clusters (default ~4*sqrt(N))"),
+                       ("--nprobe", "IVF clusters visited per query (default: the index kind's own)"),
+                       ("--train_size", "IVF training vectors (default: the index kind's own)"),
+                       ("--pq_m", "IVF-PQ bytes per code (default H/8)"),
+                       ("--refine_factor", "IVF-PQ candidates re-ranked per result (1: none; default 50)"),
+                       ("--hnsw_m", "HNSW neighbours per node (default 32)"),
+                       ("--ef_search", "HNSW search list (default 64)")):
         i.add_argument(flag, type=int, default=None, help=what)
-    i.add_argument("--chunk-size", type=int, default=10_000, help="lines encoded and added per step")
+    i.add_argument("--chunk_size", "--chunk-size", type=int, default=10_000, help="lines encoded and added per step")
 
     s = sub.add_parser("search", help="query an index built by 'simcse index'")
     _add_model_args(s, required=False)
     s.add_argument("--index", required=True, help="index folder")
-    s.add_argument("--query", action="append", default=[], help="a query sentence (repeatable)")
-    s.add_argument("--query-file", default=None, help="text file of queries, one per line")
-    s.add_argument("--top-k", type=int, default=5)
-    s.add_argument("--threshold", type=float, default=0.6, help="minimum cosine (-1 keeps all top-k)")
-    s.add_argument("--json", action="store_true", help="print JSON lines {query, results: [[sentence, score]]}")
+    s.add_argument("--query", action="append", default=[], help="a query sentence (repeatable; default: none, "
+                   "give --query or --query_file)")
+    s.add_argument("--query_file", "--query-file", default=None, help="text file of queries, one per line")
+    s.add_argument("--top_k", "--top-k", type=int, default=5, help="results per query, at most")
+    s.add_argument("--threshold", type=float, default=SEARCH_THRESHOLD,
+                   help=f"minimum cosine: results below it are left out, so fewer than --top_k can come back "
+                        f"(default {SEARCH_THRESHOLD}, the reference tool's SimCSE.search default; -1 keeps all "
+                        "--top_k; simcse serve's page starts at 0.0)")
+    s.add_argument("--json", action="store_true", help="print JSON lines {query, results: [[sentence, score]]} "
+                   "(default: text)")
 
     x = sub.add_parser("export", help="write the model as a sentence-transformers or plain HF folder")
-    x.add_argument("--model", "--model_name_or_path", dest="model", required=True)
+    x.add_argument("--model_name_or_path", "--model", dest="model", required=True,
+                   help="model folder saved by simcse, a plain HF encoder folder, or a hub name")
     x.add_argument("--pooler", default=None, help="default: the pooler the model folder records; another one is an "
                    "error unless --override-pooler")
-    x.add_argument("--override-pooler", action="store_true",
+    x.add_argument("--override_pooler", "--override-pooler", action="store_true",
                    help="export with --pooler although the model folder records another pooler (the export then "
-                        "encodes differently from the source model, which stays as it is)")
-    x.add_argument("--output", required=True)
+                        "encodes differently from the source model, which stays as it is; default: refused)")
+    x.add_argument("--output", required=True, help="folder to write the export into")
     x.add_argument("--format", choices=["sentence-transformers", "huggingface", "onnx"], default="sentence-transformers",
                    help="onnx: onnx/simcse.onnx (the whole model, pooler included) for SimCSE(DIR, backend='onnx')")
-    x.add_argument("--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
+    x.add_argument("--max_length", "--max-length", type=int, default=128, help="sentence-transformers max_seq_length")
     x.add_argument("--quantize", choices=["int8"], default=None,
                    help="with --format onnx: also write onnx/simcse_int8.onnx (dynamic int8 quantisation)")
 
@@ -146,16 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(v)
 
     c = sub.add_parser("convert", help="write a reference SimCSE trainer checkpoint (or any encoder) in simcse's format")
-    c.add_argument("--model", "--model_name_or_path", "--path", dest="model", required=True,
+    c.add_argument("--model_name_or_path", "--model", "--path", dest="model", required=True,
                    help="folder written by the reference's train.py (pytorch_model.bin with bert./roberta. and mlp.* keys)")
     c.add_argument("--pooler", "--pooler_type", dest="pooler", required=True,
                    help="the pooler the model was trained for (not recorded in reference checkpoints): cls for "
                         "supervised runs; cls_before_pooler --mlp_only_train for unsupervised ones (recorded as cls "
                         "with mlp_only_train: encodes as cls_before_pooler, the MLP is kept)")
     c.add_argument("--mlp_only_train", action="store_true",
-                   help="the MLP is used in training only: kept for further training, not used when encoding")
+                   help="the MLP is used in training only: kept for further training, not used when encoding "
+                        "(default: the MLP encodes, for cls)")
     c.add_argument("--output", required=True, help="new folder (must not exist or be empty)")
 
+    for name in ("encode", "index", "search", "serve", "export", "convert"):  # every --help shows the defaults
+        sub.choices[name].formatter_class = DefaultsHelpFormatter
+        add_both_spellings(sub.choices[name])
     sub.add_parser("train", help="train ('simcse train --help'; --config NAME for a packaged config)", add_help=False)
     sub.add_parser("evaluate", help="SentEval STS/transfer evaluation ('simcse evaluate --help')", add_help=False)
     sub.add_parser("download", help="get wiki, nli or senteval data ('simcse download --help')", add_help=False)
@@ -214,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                      "train_size", "pq_m", "refine_factor", "hnsw_m", "ef_search"):
             v = getattr(args, name, None)
             if v is not None and v < 1:
-                raise CLIError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+                raise CLIError(f"{_spelled(argv, name)} must be a positive integer, got {v}")
         return COMMANDS[args.command](args)
     except (CLIError, OSError, ValueError, TypeError, RuntimeError, ImportError) as e:
         # one line (HF's OSErrors span several); OSError covers a model that cannot be fetched offline

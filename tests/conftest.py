@@ -372,7 +372,22 @@ def padded_and_unpadded(folder, pooler: str, **kw):
     return padded, free
 
 
-SHARED_PAIRS = Path(os.environ.get("SIMCSE_DATA_MIRROR", "data")) / "pairs"  # the data mirror's shared pair files
+def find_data_mirror() -> Path | None:
+    """The project's data mirror: ``$SIMCSE_DATA_MIRROR``; else the folder ``scripts/setup_env.sh`` linked
+    ``data/wiki1m_for_simcse.txt`` from (so the suite finds it after the README's first command without the
+    variable); else ``../shared/data`` beside the checkout; None when there is none."""
+    if os.environ.get("SIMCSE_DATA_MIRROR"):
+        return Path(os.environ["SIMCSE_DATA_MIRROR"])
+    repo = Path(__file__).resolve().parents[1]
+    link = repo / "data" / "wiki1m_for_simcse.txt"
+    if link.is_symlink() and link.exists():
+        return link.resolve().parent
+    beside = repo.parent / "shared" / "data"
+    return beside if beside.is_dir() else None
+
+
+DATA_MIRROR = find_data_mirror()
+SHARED_PAIRS = (DATA_MIRROR or Path(__file__).resolve().parents[1] / "data") / "pairs"  # the mirror's pair files
 
 
 def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:

@@ -291,6 +291,77 @@ def test_search_on_a_folder_that_holds_no_index(tmp_path, tiny_bert_dir, capsys)
     assert "is not a saved index: index_config.json is missing" in capsys.readouterr().err
 
 
+SUBCOMMANDS = ("encode", "index", "search", "serve", "export", "convert")
+
+
+def _subparsers():
+    import argparse
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: sub.choices[name] for name in SUBCOMMANDS}
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_help_shows_every_default(name, capsys):
+    """`simcse NAME --help`: every option has a help text, and one whose default is a value (not None) shows it
+    there, so a hidden default (search's threshold) cannot be missed."""
+    with pytest.raises(SystemExit):
+        cli.main([name, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for action in _subparsers()[name]._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        assert action.help, f"simcse {name} {action.option_strings[0]} has no help text"
+        if action.default is not None and action.default is not False and action.default != []:
+            help_text = " ".join(action.help.split())
+            said = "default" in help_text.lower()  # stated in words (e.g. "default: faiss when installed")
+            shown = said or f"{help_text} (default: {action.default})" in text
+            assert shown, f"simcse {name} {action.option_strings[0]}: default {action.default!r} not in its help"
+
+
+def test_search_help_states_the_threshold_and_why():
+    help_text = next(a.help for a in _subparsers()["search"]._actions if a.dest == "threshold")
+    assert "default 0.6" in help_text and "reference" in help_text and "fewer than --top_k" in help_text
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_long_option_takes_underscores_and_dashes_underscore_first(name):
+    for action in _subparsers()[name]._actions:
+        longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+        for o in longs:
+            for alt in ("--" + o[2:].replace("-", "_"), "--" + o[2:].replace("_", "-")):
+                assert alt in action.option_strings, (name, o, alt)
+        two_words = [o for o in longs if "_" in o[2:] or "-" in o[2:]]
+        if two_words:
+            assert "_" in two_words[0], (name, longs)  # the reference's / HF's underscore spelling is listed first
+    model = next(a for a in _subparsers()[name]._actions if a.dest == "model")
+    assert model.option_strings[:2] == ["--model_name_or_path", "--model"]
+
+
+def test_underscore_and_dash_spellings_give_the_same_search(tmp_path, tiny_bert_dir, corpus, capsys):
+    idx = tmp_path / "idx"
+    assert cli.main(["index", "--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--input", str(corpus),
+                     "--output", str(idx), "--no_faiss", "--batch_size", "4"]) == 0
+    capsys.readouterr()
+    outs = []
+    for flags in (["--top_k", "2", "--batch_size", "3"], ["--top-k", "2", "--batch-size", "3"]):
+        assert cli.main(["search", "--index", str(idx), "--query", SENTENCES[2], "--threshold", "-1", "--json",
+                         *flags]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and len(json.loads(outs[0])["results"]) == 2
+    assert cli.main(["search", "--index", str(idx), "--query", "x", "--top_k", "0"]) == 2
+    assert "--top_k must be a positive integer, got 0" in capsys.readouterr().err  # the spelling given
+
+
+def test_evaluate_takes_the_same_spellings():
+    from simcse.evaluation.cli import parse_args
+
+    a = parse_args(["--model", "m", "--batch-size", "8", "--max-seq-length", "32", "--task-set", "sts"])
+    b = parse_args(["--model_name_or_path", "m", "--batch_size", "8", "--max_seq_length", "32", "--task_set", "sts"])
+    assert vars(a) == vars(b) and (a.model_name_or_path, a.batch_size, a.task_set) == ("m", 8, "sts")
+
+
 @pytest.mark.parametrize("name", sorted({*cli.COMMANDS, *cli.PASS_THROUGH}))
 def test_every_sub_command_usage_and_errors_name_simcse_and_the_command(name, capsys, monkeypatch):
     """As under ``python -m simcse`` (argv[0] ``__main__.py``): usage and argparse errors say ``simcse <name>``."""

@@ -36,18 +36,42 @@ TASK_SETS = {
 TASK_SETS["full"] = TASK_SETS["sts"] + TASK_SETS["transfer"]
 
 
-class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's "(default: X)" after each option's help, except where the default is None: those options
-    say in their own words what happens without them."""
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except where the default is None or the help already
+    states it ("default ..."): those options say in their own words what happens without them. The ``simcse``
+    sub-commands' help uses it too (:mod:`simcse.cli`)."""
 
     def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
+        text = action.help or ""
+        if action.default is None or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
+
+def add_both_spellings(parser: argparse.ArgumentParser) -> None:
+    """Let every long option of ``parser`` be given with underscores or dashes (``--top_k`` / ``--top-k``): the
+    reference's and HF's underscore names are listed first in the help, the other spelling is accepted too. Names
+    that another option already uses are left alone. Used by ``simcse evaluate`` and the sub-commands of
+    :mod:`simcse.cli`."""
+    taken = parser._option_string_actions  # argparse's own table of option strings (stable since Python 3.2)
+    for action in parser._actions:
+        names = list(action.option_strings)
+        for name in action.option_strings:
+            if not name.startswith("--"):
+                continue
+            for alt in ("--" + name[2:].replace("-", "_"), "--" + name[2:].replace("_", "-")):
+                if alt not in names and alt not in taken:
+                    names.append(alt)
+                    taken[alt] = action
+        # short options, then the underscore names (the first long name given stays first among them), then dashes
+        action.option_strings = sorted(names, key=lambda n: (n.startswith("--"), "-" in n[2:], names.index(n)))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=command_prog("evaluate"), description=__doc__.split("\n\n")[0],
-                                formatter_class=_DefaultsHelp)
-    p.add_argument("--model_name_or_path", required=True, help="model folder (or hub name when online)")
+                                formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--model_name_or_path", "--model", required=True, help="model folder (or hub name when online)")
     p.add_argument("--pooler", choices=POOLERS, default=None, help="pooler; default: the one the model folder records (simcse_config.json or a sentence-transformers "
                    "1_Pooling; another --pooler is then an error, as in SimCSE(folder, pooler=...)), for the "
                    "reference's 8 published model ids their documented one, else cls")
@@ -75,6 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-task timings")
     p.add_argument("--update_card", action="store_true",
                    help="write the STS-B / SICK-R Spearman of this run into the model folder's README.md (model card)")
+    add_both_spellings(p)  # --batch_size / --batch-size, as every simcse command
     return p.parse_args(argv)
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcse.evaluation.logreg import L2_REGS, SETTINGS, LogRegSettings, fit_path
+from simcse.files.checks import check_int
 
 CLASSIFIERS: tuple[str, ...] = ("senteval", "sklearn")
 INNER_REGS: tuple[float, ...] = tuple(2.0**t for t in range(-2, 4))  # 0.25 .. 8
@@ -69,8 +70,7 @@ class ClassifierConfig:
     n_jobs: int | None = None
 
     def __post_init__(self):
-        if isinstance(self.kfold, bool) or not isinstance(self.kfold, int) or self.kfold < 2:
-            raise ValueError(f"kfold must be an integer >= 2 (cross-validation needs two folds); got {self.kfold!r}")
+        check_int(self.kfold, "kfold", 2, hint=" (cross-validation needs two folds)")
         if self.classifier not in CLASSIFIERS:
             raise ValueError(f"classifier must be one of {', '.join(CLASSIFIERS)}, got {self.classifier!r}")
 

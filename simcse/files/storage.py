@@ -9,6 +9,11 @@ was being written, the folder, and the space it needs against the space free (an
 sibling removed in a ``finally``); :func:`writing` makes a termination signal (SIGTERM, SIGHUP) run that clean-up
 too (:func:`signals_end_the_write`). :func:`check_room` reports a folder that clearly cannot hold what a run will
 write before the run starts.
+
+Atomic writes go through temporary folders (``tempfile.mkdtemp`` makes them ``0700``) and through writers that
+create private files (safetensors writes ``0600``); :func:`make_temp_folder` and :func:`ordinary_permissions`
+give what they leave the permissions an ordinary ``mkdir``/``open`` would have had under the process's umask, so
+a saved model or index is as readable by others as any other file the user writes.
 """
 from __future__ import annotations
 
@@ -175,6 +180,49 @@ def check_room(folder: str | os.PathLike, needed: int, what: str, largest_file: 
                                       f"{human(limit)}", what, str(folder))
 
 
+def current_umask() -> int:
+    """The process's file mode creation mask (``umask``), e.g. ``0o022``; read from ``/proc/self/status`` where
+    Linux offers it, else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def ordinary_permissions(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or a folder and everything under it) the mode an ordinary write would have:
+    folders ``0o777``, files ``0o666`` (``0o777`` when already executable by their owner), less the umask.
+
+    For what atomic writes leave private: ``tempfile.mkdtemp`` folders (``0700``) and safetensors files (``0600``).
+    Links are not followed. Raises ``OSError`` from ``chmod`` (a file of another owner).
+    """
+    mask = current_umask()
+    root = Path(path)
+    for p in (root, *(root.rglob("*") if root.is_dir() and not root.is_symlink() else ())):
+        if p.is_symlink():
+            continue
+        mode = p.stat().st_mode
+        full = 0o777 if p.is_dir() or mode & 0o100 else 0o666
+        if mode & 0o7777 != full & ~mask:
+            os.chmod(p, full & ~mask)
+
+
+def make_temp_folder(parent: str | os.PathLike, prefix: str) -> Path:
+    """A new folder ``parent/<prefix>XXXX`` (``tempfile.mkdtemp``: a name no other writer takes) with the mode
+    ``mkdir`` would give it (``0o777`` less the umask), so renaming it into place publishes an ordinary folder."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    ordinary_permissions(tmp)
+    return tmp
+
+
 def write_text_atomic(path: str | os.PathLike, text: str, what: str | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temporary sibling and one rename: the file is whole or absent
     (an existing one is kept on failure). Failures raise :class:`WriteError` naming ``what``."""
@@ -194,22 +242,23 @@ def write_text_atomic(path: str | os.PathLike, text: str, what: str | None = Non
 def atomic_folder(target: str | os.PathLike, what: str, needed: int | None = None):
     """Yield a temporary sibling folder to write ``target``'s files into; on success they replace ``target``'s.
 
-    A new ``target`` appears by one rename; into an existing one each file is moved by its own rename (files of
+    Files and folders end with the permissions an ordinary write gives (:func:`ordinary_permissions`). A new
+    ``target`` appears by one rename; into an existing one each file is moved by its own rename (files of
     other names are kept). On any failure the temporary folder is removed and ``target`` is untouched; write
     failures raise :class:`WriteError` naming ``what``. ``needed`` (bytes) is checked first with
     :func:`check_room`.
     """
     import shutil
-    import tempfile
 
     target = Path(target)
     with writing(what, target.parent if target.parent.exists() else target, needed):
         if needed:
             check_room(target, needed, what)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        tmp = make_temp_folder(target.parent, f".{target.name}.tmp-")
         try:
             yield tmp
+            ordinary_permissions(tmp)  # safetensors writes 0600: published files get the umask's mode
             if not target.exists():
                 os.replace(tmp, target)
                 return

@@ -27,6 +27,7 @@ from simcse.files.storage import writing
 from simcse.models.folder import MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME
 from simcse.models.modeling import SimCSEModel
 from simcse.models.st_files import ST_FILES, ST_POOLING_MODES, mlp_at_inference, write_sentence_transformers_files
+from simcse.files.checks import check_int
 
 
 def source_folder(model: SimCSEModel) -> Path | None:
@@ -77,8 +78,7 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
             f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module only reads "
             f"the last layer); exportable poolers: {sorted(ST_POOLING_MODES)}"
         )
-    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
-        raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
+    check_int(max_seq_length, "max_seq_length")
     out = Path(output_dir)
     check_not_source(model, out, "a sentence-transformers export")
     with writing("the sentence-transformers export", out.parent):  # save_pretrained is atomic

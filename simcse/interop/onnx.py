@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from simcse.files.storage import signals_end_the_write
+from simcse.files.storage import make_temp_folder, ordinary_permissions, signals_end_the_write
 from simcse.models.folder import model_fingerprint
 
 ONNX_SUBDIR = "onnx"
@@ -147,7 +146,7 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         raise ValueError(f"{str(out)!r} holds another model (config.json) than the one exported; its tokenizer would "
                          "not be this model's: give a new folder or the model's own folder")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".onnx-tmp-", dir=out))
+    tmp = make_temp_folder(out, ".onnx-tmp-")
     try:
         with signals_end_the_write():  # a SIGTERM removes the temporary folder too
             fp32 = tmp / ONNX_FP32_NAME
@@ -168,6 +167,7 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
                 (out / "simcse_config.json").write_text(json.dumps(model.simcse_config(), indent=2) + "\n")
             dest = out / ONNX_SUBDIR
             dest.mkdir(exist_ok=True)
+            ordinary_permissions(tmp)  # the files get the mode an ordinary write gives
             for f in sorted(tmp.iterdir()):
                 os.replace(f, dest / f.name)
     finally:

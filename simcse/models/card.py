@@ -24,11 +24,9 @@ RESULT_DATASETS = {
     "STSBenchmark": ("sentence-transformers/stsb", "STS Benchmark"),
     "SICKRelatedness": ("mteb/sickr-sts", "SICK-R"),
 }
-_TRAIN_DATASETS = {"wiki1m_for_simcse.txt": "princeton-nlp/datasets-for-simcse",
-                   "nli_for_simcse.csv": "princeton-nlp/datasets-for-simcse"}
 # keys of the training configuration listed in the card, in order
 CARD_TRAINING_KEYS = (
-    "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
+    "base_model", "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
     "max_seq_length", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps", "seed",
 )
 _POOLER_TEXT = {
@@ -147,7 +145,13 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
     lines = [f"# {name}", "",
              "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library.", "",
              f"- pooler: `{pooler}`{mlp_note}: the sentence embedding is {pooler_text}",
-             f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine", ""]
+             f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine"]
+    base, data = _base_model(training), _training_data(training)
+    if base:
+        lines.append(f"- base model: [{base}](https://huggingface.co/{base})")
+    if data:
+        lines.append(f"- training data: {data}")
+    lines.append("")
     if results:
         lines += ["## Results", "", "Spearman correlation (x100) of the cosine similarity with the gold scores.", "",
                   "| task | split | Spearman |", "|---|---|---|"]
@@ -158,10 +162,40 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
         lines.append("")
     if training:
         lines += ["## Training configuration", "", "| argument | value |", "|---|---|"]
-        lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None]
+        # a local folder of a base model known by its Hub id (the embedded model's install path) is not shown
+        local_base = training.get("base_model") and _hub_id(training.get("model_name_or_path")) is None
+        lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None
+                  and not (k == "model_name_or_path" and local_base)]
         lines.append("")
     lines += ["## Usage", "", _usage(pooler, name, st_ok), "## Citation", "", "```bibtex", _CITATION, "```", ""]
     return "\n".join(lines)
+
+
+def _base_model(training: dict) -> str | None:
+    """The Hub id of the model training started from: ``training["base_model"]`` (recorded by the trainer, which
+    knows the embedded model's id), else ``model_name_or_path`` when it is a Hub id; None for a local folder."""
+    return training.get("base_model") or _hub_id(training.get("model_name_or_path"))
+
+
+def _hub_dataset(training: dict) -> str | None:
+    """The Hub id of the training dataset (``dataset_name`` when it is one); None for local data."""
+    name = training.get("dataset_name")
+    return _hub_id(name) if name and not Path(str(name)).exists() else None
+
+
+def _training_data(training: dict) -> str | None:
+    """The training data in words: the local file by its name, a local dataset folder by its name, or the Hub
+    dataset by its id (with its config and data files)."""
+    if training.get("train_file"):
+        return f"the local file `{Path(str(training['train_file'])).name}`"
+    name = training.get("dataset_name")
+    if not name:
+        return None
+    hub = _hub_dataset(training)
+    parts = [f"the Hub dataset [{hub}](https://huggingface.co/datasets/{hub})" if hub else
+             f"the local dataset `{Path(str(name)).name}`"]
+    parts += [f"{k} `{training[k]}`" for k in ("dataset_config_name", "dataset_data_files") if training.get(k)]
+    return ", ".join(parts)
 
 
 def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = None, training: dict | None = None,
@@ -172,7 +206,10 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
     Args:
         folder: a saved model folder (``simcse_config.json`` is read when ``simcse_config`` is None).
         training: training arguments (names as in ``scripts/train.py``), saved as ``simcse_training_args.json``;
-            default: that file of the folder when present.
+            default: that file of the folder when present. Its ``base_model`` (a Hub id), when given, is the
+            card's ``base_model``; else ``model_name_or_path`` when that is a Hub id. The training data is
+            named as used: a local ``train_file`` by its file name (no Hub ``datasets`` entry), a Hub
+            ``dataset_name`` by its id (also in ``datasets``).
         results: ``{"STSBenchmark"|"SICKRelatedness": {"dev"|"test": spearman}}``, Spearman as a fraction
             (0.8203); merged over the results already in the card.
         model_name: the title and the id in the usage snippets (default: the folder name).
@@ -202,12 +239,11 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
         (folder / TRAINING_ARGS_NAME).write_text(json.dumps(training, indent=2, default=str) + "\n")
     st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES
     name = model_name or folder.resolve().name
-    train_file = Path(str(training.get("train_file") or "")).name
-    data = ModelCardData(
+    hub_dataset = None if training.get("train_file") else _hub_dataset(training)
+    data = ModelCardData(  # Hub metadata: Hub ids only (a local file or folder is named in the card's text)
         library_name="sentence-transformers" if st_ok else "transformers", pipeline_tag="sentence-similarity",
-        base_model=_hub_id(training.get("model_name_or_path")), license=license, model_name=name,
-        datasets=([_TRAIN_DATASETS[train_file]] if train_file in _TRAIN_DATASETS else
-                  [_hub_id(training.get("dataset_name"))] if _hub_id(training.get("dataset_name")) else None),
+        base_model=_base_model(training), license=license, model_name=name,
+        datasets=[hub_dataset] if hub_dataset else None,
         tags=[CARD_TAG, "sentence-transformers", "sentence-similarity", "feature-extraction"],
         eval_results=_eval_results(merged) or None,
     )
@@ -235,13 +271,15 @@ def results_from_senteval(res: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None) -> Path | None:
+def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None,
+                        base_model: str | None = None) -> Path | None:
     """End of training: write ``simcse_training_args.json`` (the arguments of ``arg_objects``, dataclasses such
     as ``(ModelArguments, DataTrainingArguments, TrainingArguments)``) and the card with the dev Spearman of
-    ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``."""
+    ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``.
+    ``base_model``: the Hub id of the model training started from, when known (recorded as ``base_model``)."""
     import dataclasses
 
-    training: dict = {}
+    training: dict = {"base_model": base_model} if base_model else {}
     for obj in arg_objects:
         for f in dataclasses.fields(obj):
             v = getattr(obj, f.name)

@@ -11,6 +11,8 @@ import logging
 import numpy as np
 import torch
 
+from simcse.files.checks import check_int
+
 logger = logging.getLogger(__name__)
 
 
@@ -123,8 +125,7 @@ class Encoding:
             if not isinstance(s, str):
                 raise TypeError(f"sentences[{i}] must be str, got {type(s).__name__}")
         for name, v in (("batch_size", batch_size), ("max_length", max_length)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(v, name)
         if self.tokenizer is None:
             raise ValueError("this SimCSEModel has no tokenizer; pass one to the constructor or load with from_pretrained")
 

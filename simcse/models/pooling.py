@@ -197,10 +197,8 @@ def pooler_to_use(folder, requested: str | None, option: str = "pooler",
         return requested, None
     if requested is None or requested in _agreeing_poolers(folder, rec[0]):
         return rec[0], rec
-    asked = f"{option} {requested}" if option.startswith("--") else f"{option}={requested!r}"
-    drop = f"drop {option}" if option.startswith("--") else f"drop {option}="
-    raise ValueError(f"{asked} differs from the pooler {str(folder)!r} records ({rec[0]!r}, in {rec[1]}); {drop} "
-                     f"to use it ({override_hint})")
+    check_pooler_agrees(requested, rec[0], repr(str(folder)), option=option, where=rec[1],
+                        fix=f"{_drop(option)} to use it ({override_hint})")
 
 
 def _agreeing_poolers(folder, recorded: str) -> set[str]:
@@ -213,3 +211,36 @@ def _agreeing_poolers(folder, recorded: str) -> set[str]:
     if recorded == "cls" and cfg.is_file() and json.loads(cfg.read_text()).get("mlp_only_train"):
         names.add("cls_before_pooler")
     return names
+
+
+def _drop(option: str) -> str:
+    return f"drop {option}" if option.startswith("--") else f"drop {option}="
+
+
+def check_pooler_agrees(requested: str | None, recorded: str | None, source: str, *, option: str = "pooler",
+                        where: str | None = None, agreeing=(), fix: str | None = None) -> None:
+    """The one pooler-agreement check and message of every surface (the tool, ``simcse encode/index/search/serve``,
+    the evaluator, export, the index and shard folders): vectors encoded with another pooler than the one a
+    model, graph, index or shard folder records would be compared wrongly, so a mismatch is an error.
+
+    Args:
+        requested: the pooler asked for or in use (None: nothing to check).
+        recorded: the pooler ``source`` records (None: nothing to check).
+        source: what records it, as said in the message (``"'path/to/model'"``, ``"the index"``, ...).
+        option: how the caller spells the setting: ``"--pooler"`` (``--pooler avg``) or ``"pooler"``
+            (``pooler='avg'``).
+        where: the file that records it, named in the message.
+        agreeing: other names that encode like ``recorded`` (e.g. ``cls_before_pooler`` for an ``mlp_only_train``
+            ``cls`` model).
+        fix: what to do, said after the semicolon (default: drop the option to use the recorded pooler).
+
+    Raises:
+        ValueError: ``{option} {requested} differs from the pooler {source} records ({recorded}[, in {where}]);
+            {fix}``, one line.
+    """
+    if requested is None or recorded is None or requested == recorded or requested in agreeing:
+        return
+    asked = f"{option} {requested}" if option.startswith("--") else f"{option}={requested!r}"
+    in_file = f", in {where}" if where else ""
+    raise ValueError(f"{asked} differs from the pooler {source} records ({recorded!r}{in_file}); "
+                     f"{fix or _drop(option) + ' to use it'}")

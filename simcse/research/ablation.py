@@ -111,7 +111,7 @@ NEUTRAL_SOURCE = ("an NLI CSV sent0,sent1,hard_neg,neutral built from SNLI+MNLI 
 def check_row_data(row: dict, opts) -> str | None:
     """A one-line reason why ``row``'s training file cannot serve it, or None when it can (or is not checked).
 
-    Table 2's next-sentence rows (``objective`` other than ``simcse``) need consecutive sentences; Table 7's
+    Table 2's next-sentence rows (``positives`` other than ``simcse``) need consecutive sentences; Table 7's
     "contradiction + neutral" row (``neutral_as_negative``) needs a ``neutral`` column. Only the file name (for the
     known shuffled wiki1m sample) and the CSV header are read.
     """
@@ -120,7 +120,7 @@ def check_row_data(row: dict, opts) -> str | None:
 
     cfg, path = row["config"], Path(row_train_file(row, opts))
     if cfg.get("positives", cfg.get("objective", "simcse")) != "simcse" and path.name in SHUFFLED_CORPORA:
-        return (f"row {row['slug']!r} ({cfg['objective']}) needs consecutive sentences, but {str(path)!r} is a "
+        return (f"row {row['slug']!r} ({cfg.get('positives', cfg.get('objective'))}) needs consecutive sentences, but {str(path)!r} is a "
                 f"sample of unrelated sentences; pass --train_file with {CONSECUTIVE_SOURCE}")
     if cfg.get("neutral_as_negative"):
         try:

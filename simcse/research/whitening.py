@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from simcse.evaluation.analysis import _as_matrix, _encode_checked, _to_numpy
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,7 @@ class Whitening:
         """
         a = _as_matrix(x, "x", min_rows=2)
         n, d = a.shape
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= d):
-            raise ValueError(f"dim must be an integer in [1, {d}] (the embedding size), got {dim!r}")
+        check_int(dim, "dim", 1, d, allow_none=True, hint=" (the embedding size)")
         mu = a.mean(axis=0)  # (D,)
         centred = a - mu
         cov = centred.T @ centred / n  # (D, D)
@@ -102,8 +102,7 @@ class Whitening:
         Raises:
             ValueError: ``dim`` not in [1, self.dim].
         """
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= self.dim:
-            raise ValueError(f"dim must be an integer in [1, {self.dim}] (this whitening's output size), got {dim!r}")
+        check_int(dim, "dim", 1, self.dim, hint=" (this whitening's output size)")
         return Whitening(self.mu, self.W[:, :dim], self.singular_values)
 
     def transform(self, x) -> np.ndarray:

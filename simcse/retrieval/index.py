@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simcse.files.checks import check_int
+
 INDEX_CONFIG_NAME = "index_config.json"
 INDEX_FORMAT_VERSION = 1
 _NUMPY_VECTORS = "vectors.npy"
@@ -75,8 +77,7 @@ class VectorIndex:
     kind = "abstract"
 
     def __init__(self, dim: int):
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        check_int(dim, "dim")
         self.dim = int(dim)
         #: the coarsest dtype the vectors passed through before they were indexed ("float32", or "float16" for
         #: shards written in float16 and an IVF-PQ index's re-ranking copies): the scores' rounding follows it
@@ -131,8 +132,7 @@ class VectorIndex:
             RuntimeError: the index is empty.
             ValueError: bad ``queries`` or ``k``.
         """
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
+        check_int(k, "k")
         if self.ntotal == 0:
             raise RuntimeError("the index is empty: add vectors (SimCSE.build_index) before searching")
         q = _as_matrix(queries, self.dim, "queries")
@@ -586,8 +586,7 @@ KIND_ALIASES = {"exact": None, "flat": "faiss_flat", "numpy": "numpy", "ivf": "f
 
 def _check_optional_positive(**values) -> None:
     for name, v in values.items():
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
-            raise ValueError(f"{name} must be a positive int or None, got {v!r}")
+        check_int(v, name, allow_none=True, hint=" or None")
 
 
 def _sqrt_rule(n: int) -> int:

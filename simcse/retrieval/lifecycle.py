@@ -20,10 +20,11 @@ import torch
 
 from simcse.files.dataset_source import DatasetRef
 from simcse.files.inputs import check_sentences, iter_sentences
-from simcse.files.storage import writing
+from simcse.files.storage import make_temp_folder, ordinary_permissions, writing
 from simcse.retrieval.index import INDEX_CONFIG_NAME, KIND_ALIASES, load_index, make_index
 from simcse.retrieval.scoring import search_index
-from simcse.retrieval.shards import ShardSet, index_from_shards, is_shard_folder
+from simcse.models.pooling import check_pooler_agrees
+from simcse.retrieval.shards import MANIFEST_NAME as SHARD_MANIFEST, ShardSet, index_from_shards, is_shard_folder
 from simcse.retrieval.store import SentenceStore, is_store
 
 TOOL_META_NAME = "simcse_index.json"
@@ -41,14 +42,18 @@ def _chunks(it, size: int) -> Iterator[list]:
         yield buf
 
 
+SEARCH_THRESHOLD = 0.6  # search()'s default minimum cosine: the reference tool's SimCSE.search default (simcse search too)
+
+
 def _replace_folder(folder: Path, write) -> None:
     """Call ``write(tmp)`` on a new sibling folder, then put it in ``folder``'s place (the old one is removed)."""
     folder = Path(folder)
     check_index_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tmp = make_temp_folder(folder.parent, f".{folder.name}.tmp-")  # published with an ordinary folder's mode
     try:
         write(tmp)
+        ordinary_permissions(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -100,9 +105,7 @@ def _recorded_model_and_pooler(meta_file: Path, model: str | None, pooler: str |
     """
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     rec_model, rec_pooler = meta.get("model_name_or_path") or None, meta.get("pooler")
-    if pooler is not None and rec_pooler is not None and pooler != rec_pooler:
-        raise ValueError(f"--pooler {pooler} differs from the pooler the index was built with ({rec_pooler}, "
-                         f"{meta_file}); drop --pooler to use it")
+    check_pooler_agrees(pooler, rec_pooler, "the index", option="--pooler", where=str(meta_file))
     if model is None:
         if rec_model is None:
             raise ValueError(f"no --model and {meta_file} " + ("does not name the model" if meta_file.is_file()
@@ -275,9 +278,9 @@ class IndexLifecycle(IndexIdentity):
         shards = ShardSet(folder)
         if shards.hidden_size != self.hidden_size:
             raise ValueError(f"{folder} holds {shards.hidden_size}-d vectors; this model makes {self.hidden_size}-d ones")
-        if shards.manifest.get("pooler") not in (None, self.pooler):
-            raise ValueError(f"{folder} was encoded with pooler {shards.manifest['pooler']!r} but this model uses "
-                             f"{self.pooler!r}: load the model with pooler={shards.manifest['pooler']!r}")
+        recorded = shards.manifest.get("pooler")
+        check_pooler_agrees(self.pooler, recorded, f"the shards in {folder}", where=SHARD_MANIFEST,
+                            fix=f"load the model with pooler={recorded!r} to use them")
         self._check_same_model(shards.manifest.get("model_fingerprint"), shards.manifest.get("model"),
                                f"the shards in {folder} were encoded by")
         recorded = shards.manifest.get("max_length")
@@ -350,7 +353,7 @@ class IndexLifecycle(IndexIdentity):
                 bar.close()
         return added
 
-    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = 0.6,
+    def search(self, queries: str | Sequence[str], device: str | torch.device | None = None, threshold: float = SEARCH_THRESHOLD,
                top_k: int = 5, **encode_kwargs) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
         """The indexed sentences most similar to each query (the reference's ``search``, same parameter order).
 
@@ -467,9 +470,8 @@ class IndexLifecycle(IndexIdentity):
         meta_file = folder / TOOL_META_NAME
         if meta_file.is_file():
             meta = json.loads(meta_file.read_text())
-            if meta.get("pooler") not in (None, self.pooler):
-                raise ValueError(f"index {folder} was built with pooler {meta['pooler']!r} but this model uses "
-                                 f"{self.pooler!r}: load the model with pooler={meta['pooler']!r} to search it")
+            check_pooler_agrees(self.pooler, meta.get("pooler"), f"index {folder}", where=TOOL_META_NAME,
+                                fix=f"load the model with pooler={meta.get('pooler')!r} to search it")
             self._check_same_model(meta.get("model_fingerprint"), meta.get("model_name_or_path") or None,
                                    f"index {folder} was built with")
         recorded = self._recorded_max_length(meta.get("max_length") if meta_file.is_file() else None, folder)

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from simcse.files.dataset_source import DatasetRef
+from simcse.files.checks import check_int
 from simcse.files.storage import signals_end_the_write
 
 MANIFEST_NAME = "manifest.json"
@@ -270,8 +271,7 @@ def encode_to_shards(
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+    check_int(shard_size, "shard_size")
     rank, world = _rank_world(rank, world_size)
     src = input_path if isinstance(input_path, DatasetRef) else Path(input_path)
     if not isinstance(src, DatasetRef) and not src.is_file():

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simcse.files.checks import is_integer
+
 TEXT_NAME = "sentences.txt"
 OFFSETS_NAME = "sentences.offsets"
 _OFFSET_DTYPE = np.dtype("<i8")
@@ -137,7 +139,7 @@ class SentenceStore(Sequence):
         n = len(self)
         if isinstance(i, slice):
             return [self._get(j) for j in range(*i.indices(n))]
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+        if not is_integer(i):
             raise TypeError(f"store indices must be integers or slices, got {type(i).__name__}")
         j = int(i) + n if i < 0 else int(i)
         if not 0 <= j < n:

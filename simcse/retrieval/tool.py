@@ -29,9 +29,10 @@ import torch
 from simcse.files.inputs import check_sentences, first_undecodable_line
 from simcse.models.folder import model_fingerprint
 from simcse.models.modeling import SimCSEModel
-from simcse.models.pooling import pooler_to_use
+from simcse.models.pooling import check_pooler_agrees, pooler_to_use
 from simcse.retrieval.lifecycle import IndexLifecycle
 from simcse.retrieval.scoring import clip_cosine, unit_rows
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +140,7 @@ class SimCSE(IndexLifecycle):
         if backend == "onnx":
             self._load_onnx(model_name_or_path, pooler, model_kwargs)
         elif isinstance(model_name_or_path, SimCSEModel):
-            if pooler is not None and pooler != model_name_or_path.pooler_type:
-                raise ValueError(f"pooler={pooler!r} differs from the given model's {model_name_or_path.pooler_type!r}")
+            check_pooler_agrees(pooler, model_name_or_path.pooler_type, "the given model")
             self.model = model_name_or_path
             self.model_name_or_path = getattr(model_name_or_path.encoder.config, "_name_or_path", "") or ""
         else:
@@ -167,9 +167,8 @@ class SimCSE(IndexLifecycle):
         if isinstance(path, SimCSEModel):
             raise ValueError("backend='onnx' loads an exported folder; got a SimCSEModel")
         self.model = ONNXEncoder(path, **onnx_kwargs)
-        if pooler is not None and pooler != self.model.pooler_type:
-            raise ValueError(f"pooler={pooler!r} differs from the exported graph's {self.model.pooler_type!r}; "
-                             "the ONNX graph holds its pooler (export again with --pooler)")
+        check_pooler_agrees(pooler, self.model.pooler_type, "the exported ONNX graph", where=str(path),
+                            fix="drop pooler= (the graph holds its pooler), or export again with --pooler")
         self.model_name_or_path = str(path)
 
     # ---------------------------------------------------------------------------------------- helpers
@@ -211,8 +210,7 @@ class SimCSE(IndexLifecycle):
 
     @staticmethod
     def _check_positive(v, name: str) -> int:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_int(v, name)
         return int(v)
 
     # ------------------------------------------------------------------------------------------ encode

@@ -47,7 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--example", action="append", default=None,
                    help="an example query shown on the page (repeatable; default: a built-in list)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level")
 
 
 def default_model() -> str:

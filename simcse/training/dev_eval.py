@@ -10,6 +10,8 @@ from transformers import Trainer
 
 import simcse.evaluation as senteval  # called through the module, so a patched evaluate_sts_dev is the one used
 
+PROGRESS_BAR_FROM = 10_000  # an evaluation encoding more distinct sentences than this shows a progress bar
+
 @dataclass
 class STSDevSet:
     """Stand-in ``eval_dataset``: evaluation reads STS-B/SICK-R dev from ``data_dir`` (SentEval layout)."""
@@ -22,7 +24,10 @@ class STSDevSet:
 
 class DevEvaluation(Trainer):
     """The ``evaluate`` hook of :class:`simcse.training.trainer.SimCSETrainer` (see the module); it relies on the
-    trainer's ``senteval_dir``, ``eval_max_length`` and ``eval_transfer``."""
+    trainer's ``senteval_dir``, ``eval_max_length``, ``eval_transfer`` and ``final_eval_transfer`` (the final
+    evaluation, ``metric_key_prefix="final"``, with the transfer tasks)."""
+
+    final_eval_transfer = False  # set by the trainer's constructor
 
     # ------------------------------------------------------------------------------------- evaluation
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -37,11 +42,16 @@ class DevEvaluation(Trainer):
         bs = self.args.per_device_eval_batch_size
         cap = getattr(getattr(model, "first", model), "max_input_tokens", 512)  # DualEncoderModel: its first encoder
 
-        def encode(sentences):
-            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length or cap)
+        def encode(sentences):  # a progress bar for the long encodes (the transfer tasks': ~10^5 sentences)
+            return model.encode(sentences, batch_size=bs, max_length=self.eval_max_length or cap,
+                                show_progress=len(sentences) > PROGRESS_BAR_FROM)
 
+        if self.is_world_process_zero():  # a long evaluation starts with a line saying what runs
+            what = "STS-B and SICK-R dev" + (f" and the {len(senteval.TRANSFER_TASKS)} transfer tasks (dev, 5-fold; "
+                                             "each logs when done)" if self.eval_transfer else "")
+            print(f"\n[simcse] evaluating at step {self.state.global_step}: {what}", flush=True)
         scores = senteval.evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
-        if self.eval_transfer:
+        if self.eval_transfer or (metric_key_prefix == "final" and self.final_eval_transfer):
             scores.update(self._transfer_dev(encode, data_dir))
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
         metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0

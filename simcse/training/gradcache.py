@@ -27,6 +27,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from simcse.files.checks import check_int
+
 __all__ = ["RandContext", "split_chunks", "cuda_devices_of", "grad_cache_step"]
 
 
@@ -186,3 +188,12 @@ def grad_cache_step(
                         surrogate = surrogate + extra
             backward(surrogate)
     return loss.detach()
+
+
+def check_chunk_size(value, name: str = "gradient_cache_chunk_size") -> int | None:
+    """The gradient-cache chunk size (examples per encoder pass): None or 0 mean off (returned as None).
+
+    Raises:
+        ValueError: not None and not an integer >= 0 (one line naming ``name``).
+    """
+    return check_int(value, name, 0, allow_none=True, hint=" (0 = off)") or None

@@ -43,6 +43,7 @@ from simcse.training.data import (
     complete_rows,
     consecutive_pairs,
     drop_incomplete_rows,
+    column_prompts,
     tokenize_views,
 )
 
@@ -135,7 +136,7 @@ def load_training_dataset(data_args, seed: int = 42):
 
 def unusable_last_batch(rows: int, n_views: int) -> bool:
     """True for a last batch InfoNCE cannot train on: one sentence (``rows`` counted over all processes) and no
-    hard-negative view. A ``--train_file`` drops it (:func:`simcse.training.build._drop_one_row_last_batch`),
+    hard-negative view. A ``--train_file`` drops it (:func:`simcse.training.build._one_row_last_batch`),
     and so does a stream that ends with it (:class:`StreamingTrainSet`): one rule for both."""
     return rows == 1 and n_views < 3
 
@@ -257,7 +258,7 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
         stream = split_dataset_by_node(stream, rank=rank, world_size=world)
     stream = stream.map(tokenize_views, batched=True, remove_columns=columns, fn_kwargs={
         "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length,
-        "prompts": data_args.prompt_map()})
+        "prompts": column_prompts(getattr(data_args, "prompts", None))})
     start, epoch, state = 0, 0, None
     if resume_from:
         saved = os.path.join(resume_from, STREAM_STATE_NAME.format(rank=rank))

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from simcse.training.gradcache import cuda_devices_of, grad_cache_step, split_chunks
+from simcse.training.gradcache import check_chunk_size, cuda_devices_of, grad_cache_step, split_chunks
 from simcse.training.objective_hooks import ObjectiveHooks, ObjectiveStepHook
 from simcse.training.checkpoints import CheckpointHooks
 from simcse.training.dev_eval import DevEvaluation, STSDevSet
@@ -48,6 +48,11 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
             reference's ``hard_negative_weight`` w is ``log(alpha)``.
         eval_transfer: :meth:`evaluate` also scores the 7 transfer tasks (dev accuracy, the reference's
             ``--eval_transfer``).
+        final_eval_transfer: the final evaluation (``metric_key_prefix="final"``) scores them too (the
+            reference's ``--do_eval``).
+        run_command: the shell command of the run, written into each checkpoint (the resume line).
+        stream_resume: a ``--streaming`` run resuming from this checkpoint (its random state is restored at the
+            first step; :class:`simcse.training.sources.StreamingHooks`).
         mlm_weight: lambda of the auxiliary MLM loss (Appendix D) when the batch carries ``mlm_input_ids``.
         senteval_dir: SentEval ``downstream`` folder for dev evaluation (default: see
             :func:`simcse.evaluation.resolve_senteval_dir`).
@@ -90,6 +95,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
                  mlm_weight: float = 0.1, senteval_dir: str | None = None, eval_max_length: int | None = None,
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
                  no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, merge_lora: bool = False,
+                 final_eval_transfer: bool = False, run_command: str | None = None, stream_resume: str | None = None,
                  **kwargs):
         if objective is None:  # the keyword arguments of the reference's trainer: InfoNCE with its ablations
             from simcse.training.objectives.compose import simcse_objective
@@ -108,13 +114,14 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
             model.add_module("objective", objective)  # trained, moved and wrapped (DDP) with the model
         self._default_ddp_find_unused(model, kwargs.get("args", args[1] if len(args) > 1 else None), mlm_weight)
         super().__init__(*args, **kwargs)
-        if gradient_cache_chunk_size is not None and (isinstance(gradient_cache_chunk_size, bool) or not isinstance(gradient_cache_chunk_size, int) or gradient_cache_chunk_size < 0):
-            raise ValueError(f"gradient_cache_chunk_size must be None or an integer >= 0 (0 = off), got {gradient_cache_chunk_size!r}")
         self.objective = objective
         self.eval_transfer = bool(eval_transfer)
+        self.final_eval_transfer = bool(final_eval_transfer)
+        self.run_command = run_command
+        self._stream_resume = stream_resume
         self.senteval_dir = senteval_dir
         self.eval_max_length = eval_max_length
-        self.gradient_cache_chunk_size = gradient_cache_chunk_size or None
+        self.gradient_cache_chunk_size = check_chunk_size(gradient_cache_chunk_size)
         self.no_duplicates_rows = no_duplicates_rows
         self.merge_lora = bool(merge_lora)
         self._loss_parts: dict[str, list[float]] = {}

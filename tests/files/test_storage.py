@@ -111,6 +111,62 @@ def test_result_json_is_whole_or_absent(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 
 
+@pytest.fixture(params=[0o022, 0o002, 0o077], ids=["umask022", "umask002", "umask077"])
+def umask(request):
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]}
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "into_existing"])
+def test_atomic_folder_ends_with_the_permissions_of_an_ordinary_write(tmp_path, umask, existing):
+    import torch
+    from safetensors.torch import save_file
+
+    from simcse.files.storage import atomic_folder, current_umask
+
+    assert current_umask() == umask
+    target = tmp_path / "out"
+    if existing:
+        target.mkdir()
+    with atomic_folder(target, "the test folder") as tmp:
+        save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))  # safetensors writes 0600
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "notes.txt").write_text("x")
+    # what mkdir and open give under this umask, measured on ordinary writes beside it
+    (tmp_path / "plain_dir").mkdir()
+    (tmp_path / "plain_file").write_text("x")
+    folder_mode = (tmp_path / "plain_dir").stat().st_mode & 0o777
+    file_mode = (tmp_path / "plain_file").stat().st_mode & 0o777
+    assert (folder_mode, file_mode) == (0o777 & ~umask, 0o666 & ~umask)
+    assert _modes(target) == {".": folder_mode, "model.safetensors": file_mode, "sub": folder_mode,
+                              "sub/notes.txt": file_mode}
+
+
+def test_saved_model_and_index_are_readable_by_others(tmp_path, tiny_bert_dir, umask):
+    from simcse.models.modeling import SimCSEModel
+    from simcse.retrieval.tool import SimCSE
+
+    folder_mode, file_mode = 0o777 & ~umask, 0o666 & ~umask
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").save_pretrained(tmp_path / "m")
+    tool = SimCSE(str(tmp_path / "m"), device="cpu")
+    tool.build_index(SENTENCES[:6])
+    tool.save_index(tmp_path / "idx")
+    for root in (tmp_path / "m", tmp_path / "idx"):
+        modes = _modes(root)
+        assert {k: v for k, v in modes.items() if (root / k).is_dir()} == {
+            k: folder_mode for k in modes if (root / k).is_dir()}, root
+        assert {k: v for k, v in modes.items() if (root / k).is_file()} == {
+            k: file_mode for k in modes if (root / k).is_file()}, root
+    assert (tmp_path / "m" / "model.safetensors").stat().st_mode & 0o777 == file_mode
+
+
 # ------------------------------------------------------------------------ a termination signal while writing
 _SIGNALLED_CHILD = r'''
 import os, signal, sys

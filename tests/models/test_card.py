@@ -69,8 +69,10 @@ def test_card_names_a_hub_training_dataset_not_a_local_folder(tmp_path, tiny_ber
     card = ModelCard.load(tmp_path / "m" / "README.md")
     assert card.data.datasets == ["sentence-transformers/all-nli"]
     assert "| dataset_config_name | `triplet` |" in card.text
+    assert "- training data: the Hub dataset [sentence-transformers/all-nli]" in card.text
     write_model_card(tmp_path / "m", training={**training, "dataset_name": str(tmp_path)})
-    assert ModelCard.load(tmp_path / "m" / "README.md").data.datasets is None
+    card = ModelCard.load(tmp_path / "m" / "README.md")
+    assert card.data.datasets is None and f"- training data: the local dataset `{tmp_path.name}`" in card.text
 
 
 def test_card_metadata_results_and_foreign_card(tmp_path, tiny_bert_dir):
@@ -84,13 +86,21 @@ def test_card_metadata_results_and_foreign_card(tmp_path, tiny_bert_dir):
     card = ModelCard.load(tmp_path / "m" / "README.md")
     d = card.data
     assert (d.pipeline_tag, d.base_model, d.license) == ("sentence-similarity", "bert-base-uncased", "mit")
-    assert d.datasets == ["princeton-nlp/datasets-for-simcse"]
+    assert d.datasets is None  # a local file is no Hub dataset, whatever its name
+    assert "- training data: the local file `nli_for_simcse.csv`" in card.text
+    assert "- base model: [bert-base-uncased](https://huggingface.co/bert-base-uncased)" in card.text
     got = {(r.dataset_name, r.dataset_split): r.metric_value for r in d.eval_results}
     assert got == {("STS Benchmark", "dev"): 84.12, ("STS Benchmark", "test"): 81.23, ("SICK-R", "test"): 79.01}
     assert "| temp | `0.05` |" in card.text and 'SimCSE("m")' in card.text
-    # a local base model path is not Hub metadata
+    # a local base model path is not Hub metadata; a recorded base_model (the embedded model's id) is
     write_model_card(tmp_path / "m", training={**training, "model_name_or_path": str(tiny_bert_dir)})
     assert ModelCard.load(tmp_path / "m" / "README.md").data.base_model is None
+    write_model_card(tmp_path / "m", training={**training, "model_name_or_path": str(tiny_bert_dir),
+                                               "base_model": "sentence-transformers/all-MiniLM-L6-v2"})
+    card = ModelCard.load(tmp_path / "m" / "README.md")
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert str(tiny_bert_dir) not in card.text  # the install path of a model known by its Hub id is not shown
+    assert "| base_model | `sentence-transformers/all-MiniLM-L6-v2` |" in card.text
     with pytest.raises(ValueError, match="results must map"):
         write_model_card(tmp_path / "m", results={"STS12": {"test": 0.5}})
     (tmp_path / "m" / "README.md").write_text("# my own notes\n")
@@ -130,6 +140,7 @@ def test_card_at_end_of_training(tmp_path, tiny_bert_dir, train_txt, real_data):
     assert got[("STS Benchmark", "dev")] == round(100 * results["after"]["final_stsb_spearman"], 2)
     assert got[("SICK-R", "test")] == round(100 * results["test"]["test_sickr_spearman"], 2)
     assert "| mlp_only_train | `True` |" in card.text and "| max_steps | `2` |" in card.text
+    assert card.data.datasets is None and f"- training data: the local file `{train_txt.name}`" in card.text
     assert json.loads((out / "simcse_training_args.json").read_text())["pooler_type"] == "cls"
 
 

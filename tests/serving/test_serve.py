@@ -464,3 +464,18 @@ def test_load_service_reads_the_first_lines_of_a_csv_column(tiny_bert_dir, tmp_p
     assert service.search([SENTENCES[2]], top_k=1, threshold=-1)[0][0]["sentence"] == SENTENCES[2]
     with pytest.raises(ValueError, match="--max-lines must be a positive integer"):
         load_service(model=str(tiny_bert_dir), input=str(csv), column="text", max_lines=0)
+
+
+def test_info_and_page_show_the_pooler_that_encodes(tmp_path, tiny_bert_dir):
+    """A cls model trained with mlp_only_train encodes with the [CLS] vector: /api/info's "pooler" (shown by the
+    page) is cls_before_pooler, "pooler_type" the recorded cls."""
+    from conftest import perturbed_model
+
+    perturbed_model(tiny_bert_dir, "cls", mlp_only_train=True).save_pretrained(tmp_path / "m")
+    t = SimCSE(str(tmp_path / "m"), device="cpu")
+    t.build_index(SENTENCES, use_faiss=False)
+    with TestClient(create_app(SearchService(t, source="c"))) as c:
+        info = c.get("/api/info").json()
+    assert (info["pooler"], info["pooler_type"]) == ("cls_before_pooler", "cls")
+    page_js = (REPO / "simcse" / "serving" / "static" / "app.js").read_text()
+    assert "(pooler ${info.pooler})" in page_js  # the page shows "pooler", the one in use

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_senteval
+from conftest import DATA_MIRROR, write_senteval
 from scripts.gpu_check import bundle as B
 from scripts.gpu_check import check as G
 from scripts.gpu_check import parts as P
 
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = os.environ.get("SIMCSE_DATA_MIRROR")
+MIRROR = str(DATA_MIRROR) if DATA_MIRROR else None  # $SIMCSE_DATA_MIRROR, or where setup linked data/ from
 needs_mirror = pytest.mark.skipif(not (MIRROR and (Path(MIRROR) / "wiki1m_for_simcse.txt").is_file()),
                                   reason="needs SIMCSE_DATA_MIRROR (the project's data mirror)")
 

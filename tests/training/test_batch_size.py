@@ -55,8 +55,8 @@ def test_every_main_table_config_loads_and_derives_its_batch(name, tmp_path, mon
     global_batch, lr = MAIN_TABLE[name]
     for world in (1, 2, 4, 8):
         monkeypatch.setenv("WORLD_SIZE", str(world))
-        _, data_args, training_args = _parse(path, tmp_path)
-        assert data_args.global_batch_size == global_batch and training_args.learning_rate == lr
+        _, _, training_args = _parse(path, tmp_path)
+        assert training_args.global_batch_size == global_batch and training_args.learning_rate == lr
         assert training_args.per_device_train_batch_size * world == global_batch
         assert not training_args.bf16 and not training_args.fp16  # no GPU here: precision applies on GPUs only
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import run_training, training_error, write_senteval
-from simcse.training.compat import check_output_dir, translate_legacy_args
+from simcse.training.compat import check_output_dir
 from simcse.training.train import SetupError, parse_args
 
 # run_unsup_example.sh of the reference, model / train file / output dir to be filled in, --fp16 dropped
@@ -32,14 +32,14 @@ def _base(model, train_file, out):
 
 
 # ------------------------------------------------------------------------------ transformers-4 options
-def test_legacy_options_are_renamed_or_dropped_with_one_line_each(caplog):
+def test_legacy_options_are_renamed_or_dropped_with_one_line_each(caplog, tmp_path, tiny_bert_dir, train_txt):
     argv = ["--evaluation_strategy", "steps", "--no_cuda", "--per_gpu_train_batch_size=16", "--fp16_opt_level",
             "O2", "--sharded_ddp", "true", "--adafactor", "--logging_dir", "runs/x", "--eval_steps", "5"]
     with caplog.at_level(logging.WARNING, logger="simcse.training.compat"):
-        out = translate_legacy_args(argv)
-    assert out == ["--eval_strategy", "steps", "--use_cpu", "--per_device_train_batch_size=16", "--optim",
-                   "adafactor", "--eval_steps", "5"]
-    lines = [r.getMessage() for r in caplog.records]
+        _, _, t = parse_args(_base(tiny_bert_dir, train_txt, tmp_path / "o") + argv)
+    assert t.eval_strategy == "steps" and t.use_cpu and t.per_device_train_batch_size == 16
+    assert t.optim == "adafactor" and t.eval_steps == 5
+    lines = [r.getMessage() for r in caplog.records if r.name == "simcse.training.compat"]
     assert len(lines) == 7 and all("\n" not in m for m in lines)
     assert "--evaluation_strategy" in lines[0] and "--eval_strategy" in lines[0]
     assert any("--logging_dir" in m and "TENSORBOARD_LOGGING_DIR" in m for m in lines)
@@ -52,9 +52,12 @@ def test_do_eval_counts_only_when_given_as_in_transformers_4(tmp_path, tiny_bert
     assert parse_args(base + ["--do_eval", "false"])[2].do_eval is False
 
 
-def test_adafactor_false_adds_nothing_and_other_arguments_pass_through():
-    argv = ["config.json", "--adafactor", "false", "--temp", "0.05", "--hard_negative_weight", "-1"]
-    assert translate_legacy_args(argv) == ["config.json", "--temp", "0.05", "--hard_negative_weight", "-1"]
+def test_adafactor_false_adds_nothing_and_other_arguments_pass_through(tmp_path, tiny_bert_dir, train_txt):
+    default = parse_args(_base(tiny_bert_dir, train_txt, tmp_path / "o"))
+    m, _, t = parse_args(_base(tiny_bert_dir, train_txt, tmp_path / "o") + [
+        "--adafactor", "false", "--temp", "0.07", "--hard_negative_weight", "-1"])
+    assert t.optim == default[2].optim != "adafactor"
+    assert m.temp == 0.07 and m.hard_negative_weight == -1
 
 
 def test_reference_unsup_command_line_parses_with_the_reference_meaning(tmp_path, tiny_bert_dir, train_txt):
@@ -90,14 +93,21 @@ def test_reference_sup_command_line_trains_on_triplets(tmp_path, tiny_bert_dir):
 
 
 @pytest.mark.slow
-def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt):
+def test_eval_transfer_scores_transfer_tasks_at_every_evaluation(tmp_path, tiny_bert_dir, train_txt, capsys,
+                                                                  monkeypatch):
+    import simcse.training.dev_eval as dev_eval
+
     argv = _base(tiny_bert_dir, train_txt, tmp_path / "o") + [
         "--per_device_train_batch_size", "8", "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps", "1",
         "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
         "--eval_transfer", "--senteval_dir", str(write_senteval(tmp_path / "downstream"))]
+    monkeypatch.setattr(dev_eval, "PROGRESS_BAR_FROM", 10)  # the tiny tasks' few sentences count as a long encode
     trainer = run_training(argv)
     evals = [h for h in trainer.state.log_history if "eval_stsb_spearman" in h]
     assert evals and all("eval_avg_transfer" in h and "eval_TREC" in h for h in evals)
+    captured = capsys.readouterr()
+    assert "[simcse] evaluating at step 1: STS-B and SICK-R dev and the 7 transfer tasks" in captured.out
+    assert "encoding" in captured.err  # the progress bar of the transfer tasks' encode
 
 
 # ------------------------------------------------------------------------------------------ output folder
@@ -180,3 +190,20 @@ def test_tokenizer_name_resizes_embeddings_as_the_reference(tmp_path, tiny_bert_
     trainer = build(m, d, t)
     assert len(trainer.model.tokenizer) == len(tok)
     assert trainer.model.encoder.get_input_embeddings().num_embeddings == len(tok)
+
+
+def test_gradient_checkpointing_is_passed_as_activation_checkpointing_without_a_future_warning(tmp_path, tiny_bert_dir,
+                                                                                            train_txt):
+    import warnings
+
+    from simcse.training.compat import translate_legacy_args
+    from simcse.training.train import parse_args
+
+    assert translate_legacy_args(["--gradient_checkpointing", "true", "--gradient_checkpointing_kwargs={}"]) == [
+        "--activation_checkpointing", "true", "--activation_checkpointing_kwargs={}"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # transformers warns for the old name
+        _, _, args = parse_args(["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt),
+                                 "--output_dir", str(tmp_path / "o"), "--use_cpu", "true",
+                                 "--gradient_checkpointing", "true"])
+    assert args.activation_checkpointing is True and args.gradient_checkpointing is True

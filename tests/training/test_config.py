@@ -41,3 +41,15 @@ def test_embedded_model_name_resolves_to_the_package_folder(minilm_dir, tmp_path
     monkeypatch.chdir(tmp_path)
     (tmp_path / EMBEDDED_MODEL).mkdir()  # a local folder of that name wins
     assert resolve_model_name(EMBEDDED_MODEL) == EMBEDDED_MODEL
+
+
+def test_hub_model_id_names_the_embedded_model_by_its_hub_id(minilm_dir, tiny_bert_dir):
+    from simcse.training.config import hub_model_id
+
+    assert hub_model_id(EMBEDDED_MODEL) == "sentence-transformers/all-MiniLM-L6-v2"
+    assert hub_model_id(minilm_dir) == "sentence-transformers/all-MiniLM-L6-v2"  # the folder training resolved it to
+    assert hub_model_id(minilm_dir + "/") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert hub_model_id("bert-base-uncased") == "bert-base-uncased"
+    assert hub_model_id("princeton-nlp/sup-simcse-bert-base-uncased") == "princeton-nlp/sup-simcse-bert-base-uncased"
+    assert hub_model_id(str(tiny_bert_dir)) is None  # a local folder of unknown origin
+    assert hub_model_id("./my/local/model") is None and hub_model_id(None) is None

@@ -237,3 +237,27 @@ def test_csv_keeps_standard_quoting(tmp_path):
     p.write_text('sent0,sent1\n"a, b","say ""hi"""\n"two\nlines",plain\n', encoding="utf-8")
     ds, _ = load_sentence_dataset(p)
     assert [(r["sent0"], r["sent1"]) for r in ds] == [("a, b", 'say "hi"'), ("two\nlines", "plain")]
+
+
+def test_max_train_samples_reads_only_the_lines_it_uses(tmp_path, monkeypatch):
+    """A text file is read up to its N-th non-blank line for --max_train_samples N (the CPU default uses 9600 of
+    1,000,000 wiki lines); the rows are the first N non-blank lines, as a full read followed by a cut gives."""
+    import simcse.training.data as data_mod
+
+    lines = [f"sentence number {i}" if i % 4 else "" for i in range(2000)]  # every 4th line blank
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    read = []
+    real = data_mod.iter_lines
+
+    def counting(p, *a, **kw):
+        for line in real(p, *a, **kw):
+            read.append(line)
+            yield line
+
+    monkeypatch.setattr(data_mod, "iter_lines", counting)
+    ds, _ = load_sentence_dataset(path, max_train_samples=6)
+    assert ds["sent0"] == [s for s in lines if s][:6]
+    assert len(read) <= 9  # 6 sentences and the 2 blank lines among them (+1 look-ahead), not 2000 lines
+    full, _ = load_sentence_dataset(path)
+    assert full["sent0"][:6] == ds["sent0"] and len(full) == 1500

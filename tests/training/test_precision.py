@@ -44,30 +44,38 @@ def test_cuda_decides_unless_use_cpu(monkeypatch):
     assert precision.bf16_auto_choice(use_cpu=True, cpuinfo=AMX)[0]
 
 
+def _resolve(bf16=None, fp16=None, precision=None, use_cpu=False):
+    said = []
+    return precision_mod_resolve(bf16, fp16, precision, use_cpu, said), said
+
+
+def precision_mod_resolve(bf16, fp16, prec, use_cpu, said):
+    return precision.resolve_precision(bf16, fp16, prec, use_cpu, say=said.append)
+
+
 @pytest.mark.parametrize("has_units", [True, False])
 def test_auto_becomes_true_or_false_and_says_so_once(monkeypatch, has_units):
     monkeypatch.setattr(precision, "bf16_auto_choice", lambda use_cpu: (has_units, "mocked CPU"))
-    said = []
-    out = precision.resolve_bf16_auto(["--bf16", "auto", "--seed", "1", "--bf16=auto"], say=said.append)
-    word = "true" if has_units else "false"
-    assert out == ["--bf16", word, "--seed", "1", f"--bf16={word}"]
+    (bf16, fp16, _), said = _resolve(bf16="auto")
+    assert bf16 is has_units and fp16 is False
     assert said == [f"[simcse] --bf16 auto: mocked CPU -> {'bf16 autocast' if has_units else 'fp32'}"]
 
 
 @pytest.mark.parametrize("explicit", [["--bf16", "false"], ["--bf16", "true"], ["--bf16"]])
-def test_an_explicit_bf16_after_auto_wins_without_detection(monkeypatch, explicit):
+def test_an_explicit_bf16_after_auto_wins_without_detection(monkeypatch, tmp_path, capsys, explicit):
     def detect(use_cpu):
         raise AssertionError("detection must not run when an explicit --bf16 follows")
 
     monkeypatch.setattr(precision, "bf16_auto_choice", detect)
-    said = []
-    out = precision.resolve_bf16_auto(["--bf16", "auto", *explicit], say=said.append)
-    assert out == ["--bf16", "false", *explicit] and not said  # the config's auto is neutralised, the flag decides
+    _, _, args = _parse_cpu_config(tmp_path, *explicit)  # the config says "bf16": "auto"
+    assert args.bf16 is (explicit != ["--bf16", "false"])  # the config's auto is overridden, the flag decides
+    assert "--bf16 auto" not in capsys.readouterr().out
 
 
 def test_argv_without_auto_is_unchanged(monkeypatch):
     monkeypatch.setattr(precision, "bf16_auto_choice", lambda use_cpu: (_ for _ in ()).throw(AssertionError))
-    assert precision.resolve_bf16_auto(["--bf16", "true", "--x", "auto"]) == ["--bf16", "true", "--x", "auto"]
+    (bf16, fp16, _), said = _resolve(bf16="true")
+    assert bf16 is True and fp16 is False and not said
 
 
 def _parse_cpu_config(tmp_path, *extra):

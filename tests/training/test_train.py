@@ -282,3 +282,109 @@ def test_max_steps_that_train_nothing_are_refused_in_one_line(tmp_path, tiny_ber
     assert msg == (f"error: --max_steps {steps} trains nothing: give a positive number of optimizer steps, or -1 "
                    "(the default) to train --num_train_epochs")
     assert not out.exists()
+
+
+def _eval_run_args(model_dir, train_file, out, senteval, *extra):
+    return _args(model_dir, train_file, out, "--max_steps", "4", "--eval_strategy", "steps", "--eval_steps", "2",
+                 "--save_strategy", "steps", "--save_steps", "2", "--metric_for_best_model", "stsb_spearman",
+                 "--load_best_model_at_end", "true", "--senteval_dir", str(senteval), "--pooler_type", "avg",
+                 "--eval_before_training", "true", "--test_after_training", "true", "--disable_tqdm", "true", *extra)
+
+
+def test_final_folder_holds_the_model_only_with_keep_checkpoints_false(tmp_path, tiny_bert_dir, train_txt, capsys):
+    """--keep_checkpoints false (the paper and CPU default configs' value): after the final save the checkpoint-N folders are
+    removed, the output says so; by default (HF Trainer's behaviour) they stay and the output names them. Each
+    evaluation starts with a progress line; the STS-B dev change is printed from the measured values."""
+    from conftest import write_senteval
+
+    senteval = write_senteval(tmp_path / "downstream")
+    out = tmp_path / "clean"
+    main(_eval_run_args(tiny_bert_dir, train_txt, out, senteval, "--keep_checkpoints", "false"))
+    printed = capsys.readouterr().out
+    assert not list(out.glob("checkpoint-*")) and not list(out.glob(".checkpoint-*"))
+    assert (out / "model.safetensors").is_file() and (out / "README.md").is_file()
+    assert "[simcse] checkpoints:   removed after the final save (--keep_checkpoints false)" in printed
+    for step in (0, 2, 4):
+        assert f"[simcse] evaluating at step {step}: STS-B and SICK-R dev" in printed
+    results = json.loads((out / "simcse_results.json").read_text())
+    before, after = results["before"]["eval_stsb_spearman"], results["after"]["final_stsb_spearman"]
+    assert (f"[simcse] STS-B dev: {100 * before:.2f} before training -> {100 * after:.2f} after "
+            f"({100 * (after - before):+.2f})") in printed
+    assert "[simcse] before training (dev; the starting model with pooler avg)" in printed
+
+    kept = tmp_path / "kept"
+    main(_eval_run_args(tiny_bert_dir, train_txt, kept, senteval))
+    printed = capsys.readouterr().out
+    names = sorted(p.name for p in kept.glob("checkpoint-*"))
+    assert names, "HF Trainer's default keeps checkpoints"
+    assert f"[simcse] checkpoints:   kept in {(kept / names[0]).resolve()}" in printed
+
+
+def test_packaged_configs_remove_checkpoints_and_the_cpu_default_uses_the_models_own_pooling():
+    """The configs leave a clean model folder; the unsupervised CPU default trains all-MiniLM-L6-v2 with its own
+    (mean) pooling, so the run starts from the model's own score; the GPU configs keep the paper's cls recipe."""
+    from pathlib import Path
+
+    from simcse.training.config import load_config
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    paper_and_cpu = sorted(configs.glob("*sup_*.json"))  # the paper's eight runs and the two CPU defaults
+    assert len(paper_and_cpu) == 10
+    for f in paper_and_cpu:
+        assert load_config(f)["keep_checkpoints"] is False, f.name
+    cfg = load_config(configs / "unsup_cpu_minilm.json")
+    assert cfg["pooler_type"] == "avg" and not cfg.get("mlp_only_train")
+    for name in ("unsup_bert_base", "unsup_roberta_base"):
+        cfg = load_config(configs / f"{name}.json")
+        assert (cfg["pooler_type"], cfg["mlp_only_train"]) == ("cls", True), name
+
+
+def _fake_python(tmp_path):
+    """A PYTHON for scripts/launch_train.sh that prints the scripts/train.py command line instead of training."""
+    import sys
+
+    fake = tmp_path / "fakepython"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = scripts/train.py ]; then shift; echo "TRAIN $*"; exit 0; fi\n'
+                    f'exec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"MAX_STEPS": "20"}, "--output_dir result/unsup-simcse-minilm-cpu-steps20"),
+    ({"MAX_STEPS": "20", "OUTPUT_DIR": "result/mine"}, "--output_dir result/mine"),
+    ({}, None),
+])
+def test_short_form_of_the_example_writes_its_own_folder(tmp_path, train_txt, env, expected):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run(["bash", "scripts/run_unsup_example.sh"], cwd=repo, capture_output=True, text=True,
+                         env={**os.environ, "PYTHON": str(_fake_python(tmp_path)), "NUM_GPU": "0",
+                              "TRAIN_FILE": str(train_txt), **env}, timeout=120)
+    assert run.returncode == 0, run.stderr
+    line = next(x for x in run.stdout.splitlines() if x.startswith("TRAIN "))
+    if expected is None:
+        assert "--output_dir" not in line  # the config's output_dir applies
+    else:
+        assert line.endswith(expected) or f"{expected} " in line, line
+
+
+def test_training_on_a_cpu_only_machine_warns_nothing_of_its_own(tmp_path, tiny_bert_dir, train_txt, monkeypatch):
+    """HF's default --dataloader_pin_memory true made torch warn at every DataLoader on a machine without an
+    accelerator; the trainer turns pinning off there. --gradient_checkpointing is passed under today's name."""
+    import warnings
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = [a for a in _args(tiny_bert_dir, train_txt, tmp_path / "out", "--max_steps", "2", "--pooler_type", "avg",
+                             "--gradient_checkpointing", "true")]
+    for flag in ("--dataloader_pin_memory", "--use_cpu"):  # HF's defaults (pinning on), as the reference's scripts
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(argv)
+    ours = [w for w in caught if "pin_memory" in str(w.message) or "gradient_checkpointing" in str(w.message)]
+    assert not ours, [str(w.message) for w in ours]

@@ -1,0 +1,65 @@
+"""Option checks shared by every wing: "an integer >= n" and "a finite number in a range", each written once.
+
+A ``bool`` is not accepted where an integer is asked for (``True`` is an ``int`` in Python, but ``--k true`` is
+a slip, not the number 1); numpy integers and floats are accepted. The messages name the option as the caller
+spells it (``--max_steps``, ``batch_size``) and say what was expected and what was given, in one line.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def is_integer(value) -> bool:
+    """Whether ``value`` is an integer (Python or numpy), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(value, name: str, minimum: int | None = 1, maximum: int | None = None, *, allow_none: bool = False,
+              hint: str = ""):
+    """``value`` unchanged when it is an integer in ``[minimum, maximum]`` (either bound None: open).
+
+    ``allow_none``: None passes too. ``hint`` is appended to the message (e.g. ``" (0 = off)"``).
+
+    Raises:
+        ValueError: one line, e.g. ``--gradient_accumulation_steps must be a positive int, got 0``,
+            ``--shuffle_buffer_size must be an integer >= 0, got -1``, ``dim must be an integer in [1, 8], got 9``.
+    """
+    if value is None and allow_none:
+        return value
+    if not is_integer(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if minimum is not None and maximum is not None:
+            want = f"an integer in [{minimum}, {maximum}]"
+        elif minimum == 1:
+            want = "a positive int"
+        else:
+            want = "an integer" + (f" >= {minimum}" if minimum is not None else f" <= {maximum}" if maximum is not None else "")
+        raise ValueError(f"{name} must be {want}{hint}, got {value!r}")
+    return value
+
+
+def check_number(value, name: str, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                 high_open: bool = False, allow_none: bool = False, hint: str = ""):
+    """``value`` unchanged when it is a finite real number (not a bool) within the bounds.
+
+    ``low``/``high`` None: unbounded on that side; ``low_open``/``high_open``: the bound itself is excluded.
+
+    Raises:
+        ValueError: one line, e.g. ``--learning_rate must be a finite number > 0, got -1.0``.
+    """
+    if value is None and allow_none:
+        return value
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        parts = []
+        if low is not None:
+            parts.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            parts.append(f"{'<' if high_open else '<='} {high:g}")
+        raise ValueError(f"{name} must be a finite number{' ' + ' and '.join(parts) if parts else ''}{hint}, "
+                         f"got {value!r}")
+    return value
