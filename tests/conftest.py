@@ -558,3 +558,86 @@ def spread_cls_model(folder, scale: float = 0.5, seed: int = 0):
         for p in model.parameters():
             p.add_(scale * torch.randn(p.shape, generator=g))
     return model
+
+
+# ----------------------------------------------------------------------------------- the SimCSE family's official pieces
+def reference_mask_tokens(inputs, tokenizer, p, gen):
+    """The collator's ``mask_tokens`` of the SimCSE-family official codes (voidism/DiffCSE ``train.py``,
+    caskcsg/sentemb ``InfoCSE/train_cls_mlm.py``), transcribed with an explicit generator: special tokens (the
+    tokenizer's ``get_special_tokens_mask``) never masked, then 80% [MASK], half the rest a random id."""
+    inputs = inputs.clone()
+    labels = inputs.clone()
+    probability_matrix = torch.full(labels.shape, p)
+    special = [tokenizer.get_special_tokens_mask(v, already_has_special_tokens=True) for v in labels.tolist()]
+    probability_matrix.masked_fill_(torch.tensor(special, dtype=torch.bool), value=0.0)
+    masked_indices = torch.bernoulli(probability_matrix, generator=gen).bool()
+    labels[~masked_indices] = -100
+    indices_replaced = torch.bernoulli(torch.full(labels.shape, 0.8), generator=gen).bool() & masked_indices
+    inputs[indices_replaced] = tokenizer.convert_tokens_to_ids(tokenizer.mask_token)
+    indices_random = torch.bernoulli(torch.full(labels.shape, 0.5), generator=gen).bool() & masked_indices & ~indices_replaced
+    random_words = torch.randint(len(tokenizer), labels.shape, dtype=torch.long, generator=gen)
+    inputs[indices_random] = random_words[indices_random]
+    return inputs, labels
+
+
+def reference_projection(like):
+    """The official ``ProjectionMLP`` (DiffCSE and InfoCSE ``--batchnorm``): Linear-BN-ReLU-Linear-BN(no affine),
+    in training mode, with the weights of ``like`` (a :class:`simcse.training.objectives.heads.ProjectionMLP`)."""
+    from torch import nn
+
+    hidden = like.net[0].in_features
+    mlp = nn.Sequential(nn.Linear(hidden, 2 * hidden, bias=False), nn.BatchNorm1d(2 * hidden), nn.ReLU(inplace=True),
+                        nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False)).train()
+    for i in (0, 1, 3):
+        mlp[i].load_state_dict(like.net[i].state_dict(), strict=False)
+    return mlp
+
+
+def assert_same_gradients(pairs, near_zero=(), tol: float = 2e-5) -> int:
+    """For each (module, reference module) pair, every parameter's gradient equals the reference's within ``tol``
+    relative (both None, or both set); returns how many were compared. Names ending in
+    ``attention.self.key.bias`` (softmax ignores a shift of every key: true gradient 0) and in ``near_zero``
+    (a true gradient 0 in some path, e.g. a shift that BatchNorm removes) are compared absolutely instead,
+    against 1e-5 x the largest reference gradient."""
+    scale = max(float(p.grad.norm()) for _, ref in pairs for p in ref.parameters() if p.grad is not None)
+    checked = 0
+    for mine, ref in pairs:
+        ref_params = dict(ref.named_parameters())
+        for name, p in mine.named_parameters():
+            g, rg = p.grad, ref_params[name].grad
+            assert (g is None) == (rg is None), name
+            if g is None:
+                continue
+            if name.endswith(("attention.self.key.bias", *near_zero)):
+                assert float((g - rg).norm()) < 1e-5 * scale, name
+                continue
+            assert float((g - rg).norm() / rg.norm()) < tol, name
+            checked += 1
+    return checked
+
+
+def perturb(module, seed: int, scale: float = 0.5):
+    """Move every parameter of ``module`` by N(0, scale) (a fixed generator): tiny random models spread out."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return module
+
+
+def reversed_pair_batch(tokenizer, n: int = 8) -> dict:
+    """(n, 2, L) int64 batch of :data:`SENTENCES` pairs: a sentence and its words reversed (two distinct views, so
+    a contrastive loss with dropout off is neither solved nor flat), padded to the longest."""
+    a = SENTENCES[:n]
+    b = [" ".join(reversed(s.split())) for s in a]
+    enc = tokenizer(a + b, padding=True, return_tensors="pt")
+    return {k: torch.stack([v[:n], v[n:]], dim=1) for k, v in enc.items()}
+
+
+def reference_flat_views(batch: dict):
+    """The official ``cl_forward``'s first lines: (bs, num_sent, L) -> ``(bs, num_sent, input_ids, attention_mask,
+    token_type_ids)``, the three (bs * num_sent, L)."""
+    input_ids = batch["input_ids"]
+    batch_size, num_sent, length = input_ids.shape
+    return (batch_size, num_sent, input_ids.view(-1, length), batch["attention_mask"].view(-1, length),
+            batch["token_type_ids"].view(-1, length))

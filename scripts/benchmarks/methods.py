@@ -47,6 +47,13 @@ METHODS: dict[str, list[str]] = {
                                              "sw_weight": 0.1, "sw_temp": 5.0})],
     "mixcse": ["--pooler_type", "cls", "--mlp_only_train", "true", "--loss", "mixcse",
                "--loss_args", json.dumps({"temp": 0.05, "lambdas": 0.2})],
+    "diffcse": ["--pooler_type", "cls_before_pooler", "--loss", "diffcse",
+                "--loss_args", json.dumps({"temp": 0.05, "lambda_weight": 0.005, "masking_ratio": 0.30,
+                                           "generator_name": "encoder-tied", "batchnorm": True})],
+    "infocse": ["--pooler_type", "cls_before_pooler", "--loss", "infocse",
+                "--loss_args", json.dumps({"temp": 0.05, "mlm_weight": 1e-5, "mlm_probability": 0.4, "skip_from": 3,
+                                           "n_head_layers": 2, "batchnorm": True, "mlm_eval": True,
+                                           "lm_head": "embeddings"})],
 }
 
 

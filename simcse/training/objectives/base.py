@@ -132,6 +132,15 @@ class LossContext:
     full_batch: Mapping[str, torch.Tensor] = field(default_factory=dict)
     log: Callable[[str, float], None] = lambda name, value: None
 
+    def draw_seed(self, *salt: int) -> int:
+        """A seed (int in [0, 2**32)) for this step's random draws, from (``seed``, ``global_step``, ``rank``,
+        ``*salt``) through numpy's ``SeedSequence`` (the rule the trainer uses for the MLM masks): the same after a
+        resume, different on every rank and step; ``salt`` tells draws of one step apart (a micro-batch index)."""
+        import numpy as np
+
+        return int(np.random.SeedSequence([int(self.seed), int(self.global_step), int(self.rank),
+                                           *(int(x) for x in salt)]).generate_state(1)[0])
+
 
 class Objective(nn.Module):
     """Base class of a training objective (subclass it, then register it with

@@ -1,0 +1,54 @@
+"""Pieces that the token-level objectives DiffCSE and InfoCSE share: their BatchNorm projection head and the
+seeds of the masked copy each draws once per micro-batch (in ``prepare_batch``, so gradient-caching chunks carry
+their rows of it).
+
+Both official codes (voidism/DiffCSE ``diffcse/models.py``, caskcsg/sentemb ``InfoCSE/infocse/models_cls_mlm.py``)
+replace SimCSE's Linear + Tanh head with the same ``ProjectionMLP`` when trained with ``--batchnorm`` (their
+scripts do), and both mask the batch with the SimCSE collator's 80/10/10 rule
+(:func:`simcse.training.data.mask_tokens`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["ProjectionMLP", "MicroBatchSeed"]
+
+
+class ProjectionMLP(nn.Module):
+    """Linear(H, 2H, no bias) -> BatchNorm(2H) -> ReLU -> Linear(2H, H, no bias) -> BatchNorm(H, no affine).
+
+    The official ``ProjectionMLP`` (DiffCSE and InfoCSE, ``--batchnorm``), applied to the [CLS] states of all
+    B*V views of a batch at once in training; it is a training-only head (the official scripts evaluate with
+    ``cls_before_pooler``), so it is never saved into the inference folder. The BatchNorms normalise with the
+    batch's statistics (``track_running_stats=False``: the official running averages are never read, and an
+    objective may apply the head more than once per step without moving any state). (N, H) -> (N, H), N >= 2.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        h = int(hidden_size)
+        self.net = nn.Sequential(
+            nn.Linear(h, 2 * h, bias=False), nn.BatchNorm1d(2 * h, track_running_stats=False), nn.ReLU(),
+            nn.Linear(2 * h, h, bias=False), nn.BatchNorm1d(h, affine=False, track_running_stats=False),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class MicroBatchSeed:
+    """Seeds for the random draws an objective makes in :meth:`~simcse.training.objectives.base.Objective.prepare_batch`
+    (called once per micro-batch): ``next(context)`` is ``context.draw_seed(micro)`` with ``micro`` counting the
+    micro-batches of the current optimizer step, so the draws depend on (seed, step, rank, micro-batch) only:
+    the same with or without gradient caching and after a resume (which starts at a step boundary). Not saved
+    in checkpoints (nothing to save)."""
+
+    def __init__(self):
+        self._step, self._micro = None, -1
+
+    def next(self, context) -> int:
+        step = int(context.global_step)
+        self._micro = self._micro + 1 if step == self._step else 0
+        self._step = step
+        return context.draw_seed(self._micro)
