@@ -19,7 +19,7 @@ Transcribed from the official code (caskcsg/sentemb, ``ESimCSE/esimcse/models.py
   sequence of momentum weights: the weights the next batch's forward and queue entries see;
 * the queue is per process (the official code gathers the in-batch keys over processes, never the queue).
 
-Differences (docs/methods_family1.md): the official code empties the queue at every epoch start (the recipe is
+Differences (docs/methods.md): the official code empties the queue at every epoch start (the recipe is
 one epoch) and, with gradient accumulation, updates the momentum copy and the queue at every micro-batch;
 here both happen once per optimizer step (identical for the recipe's accumulation 1).
 """
