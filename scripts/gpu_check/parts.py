@@ -327,7 +327,7 @@ def part_c(out: Path, device: str, tiny: bool, deadline: float, bundle: Path) ->
     common = dict(model_name_or_path=str(raw), max_seq_length=cfg["max_seq_length"], temp=0.05, seed=42,
                   report_to="none", save_strategy="no", eval_strategy="no", eval_before_training=False,
                   test_after_training=False, logging_first_step=True, disable_tqdm=True, senteval_dir=str(senteval),
-                  dataloader_num_workers=0, bf16=bool(bf16), use_cpu=not bf16)
+                  dataloader_num_workers=0, bf16=bool(bf16), use_cpu=not bf16, overwrite_output_dir=True)
     unsup_file = work / "unsup.txt"  # only the sentences the run reads: the whole file would be read into Arrow
     with open(wiki, encoding="utf-8") as src, open(unsup_file, "w", encoding="utf-8") as dst:
         for _, line in zip(range(cfg["unsup_steps"] * cfg["unsup_batch"]), src):

@@ -74,7 +74,7 @@ def _worker(rank: int, port: int, model_dir: str, data_path: str, out_dir: str) 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    import simcse.training.trainer as trainer_mod
+    import simcse.training.objective_hooks as trainer_mod  # where the trainer takes its gather from
 
     data = torch.load(data_path)
     results = {}

@@ -196,7 +196,7 @@ def test_the_python_entry_of_the_docs_trains(tmp_path, monkeypatch, minilm_dir):
     assert scope["trainer"].state.global_step == 2
     assert (tmp_path / "result" / "from-python" / "model.safetensors").is_file()
     assert scope["training_args"].output_dir == "result/from-python-config"
-    assert scope["model_args"].pooler_type == "cls" and scope["training_args"].max_steps == 2  # config + overrides
+    assert scope["model_args"].pooler_type == "avg" and scope["training_args"].max_steps == 2  # config + overrides
 
 
 def test_the_printed_next_step_evaluates_as_the_readme_does(tmp_path, capsys):
