@@ -99,7 +99,7 @@ def _timer_callback(record: list, device: str = "cpu"):
 
 
 def _common_training_args(args, out: str) -> dict:
-    return dict(output_dir=out, overwrite_output_dir=True, per_device_train_batch_size=args.batch_size, max_steps=args.warmup + args.steps,
+    return dict(output_dir=out, per_device_train_batch_size=args.batch_size, max_steps=args.warmup + args.steps,
                 learning_rate=3e-5, seed=args.seed, bf16=args.precision == "bf16", use_cpu=args.device == "cpu",
                 save_strategy="no", eval_strategy="no", report_to="none", logging_steps=10_000,
                 disable_tqdm=True, dataloader_pin_memory=False, dataloader_num_workers=0)
@@ -113,7 +113,7 @@ def _train_ours(args, sentences, out):
 
     train_file = Path(out) / "train.txt"
     train_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    options = dict(_common_training_args(args, out), model_name_or_path=args.model, train_file=str(train_file),
+    options = dict(_common_training_args(args, out), overwrite_output_dir=True, model_name_or_path=args.model, train_file=str(train_file),
                    pooler_type=args.pooler, temp=0.05, max_seq_length=args.max_seq_length,
                    eval_before_training=False, test_after_training=False)
     options.update(parse_command_line(args.ours_args).options)  # --ours-args: options typed by the user
