@@ -29,7 +29,11 @@ import torch
 
 from simcse.files.checks import check_int
 
-__all__ = ["RandContext", "split_chunks", "cuda_devices_of", "grad_cache_step"]
+__all__ = ["RandContext", "split_chunks", "cuda_devices_of", "grad_cache_step", "GradCacheError"]
+
+
+class GradCacheError(ValueError):
+    """A loss that gradient caching cannot train exactly (found at the first cached step; one line)."""
 
 
 def cuda_devices_of(*objs) -> list[int]:
@@ -118,6 +122,7 @@ def grad_cache_step(
     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
     extra_loss: Callable[[int, Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor | None] | None = None,
     devices: Iterable[int] | None = None,
+    untrainable: Mapping[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One GradCache forward/backward over ``chunks``; parameter gradients are *accumulated* into ``.grad``.
 
@@ -139,12 +144,16 @@ def grad_cache_step(
             embeddings) is backpropagated with it, without caching. It runs inside the chunk's restored RNG
             context.
         devices: CUDA devices whose RNG to save/restore; default: the devices of the chunk tensors.
+        untrainable: ``{name: parameter}`` that ``loss_fn`` must not depend on: only ``z``'s gradient is taken
+            from the loss (the encoder is re-run per chunk; nothing else is), so a trainable parameter used inside
+            ``loss_fn`` (a head applied to the whole batch's embeddings) would silently get no gradient.
 
     Returns:
         The loss (detached, float32 scalar) -- the value of ``loss_fn`` (the extra losses are not included).
 
     Raises:
         ValueError: no chunks, or ``encode`` returned a batch dimension different from the chunk's.
+        GradCacheError: ``loss_fn`` gives a gradient to one of ``untrainable`` (naming them).
 
     Equality with the uncached gradient holds when ``encode`` is a deterministic function of its input and the
     RNG state (dropout). Modules whose forward pass mutates state (BatchNorm running statistics) would see
@@ -169,9 +178,15 @@ def grad_cache_step(
     # loss on the whole batch and its gradient w.r.t. the embeddings (the "cache")
     z = torch.cat(reps, dim=0).detach().float().requires_grad_(True)
     del reps
+    watched = dict(untrainable or {})
     with torch.enable_grad():
         loss = loss_fn(z)
-        (grad,) = torch.autograd.grad(loss, z)
+        grad, *others = torch.autograd.grad(loss, [z, *watched.values()], allow_unused=True)
+    used = [name for name, g in zip(watched, others) if g is not None]
+    if used:
+        raise GradCacheError(f"gradient caching cannot train parameters used in the loss on the whole batch "
+                         f"({', '.join(used[:3])}{', ...' if len(used) > 3 else ''}): only the encoder is re-run per chunk; "
+                         "unset --gradient_cache_chunk_size, or compute that term per chunk")
     grads = grad.split([next(iter(c.values())).shape[0] for c in chunks], dim=0)
 
     # pass 2: replay each chunk with autograd and the same dropout masks; backprop the cached gradient

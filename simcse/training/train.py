@@ -102,7 +102,8 @@ def _last_checkpoint(output_dir: str) -> str | None:
 def main(argv: list[str] | None = None) -> dict:
     """Run training; returns the final metrics.
 
-    Exits: setup problems with a one-line ``error: ...`` (status 1); a signal of ``--save_on_signal`` with status
+    Exits: setup problems, and a loss that gradient caching cannot train (at the first step), with a one-line
+    ``error: ...`` (status 1); a signal of ``--save_on_signal`` with status
     75 after saving a checkpoint and printing the command that resumes it; a failed write (disk full, file size
     limit, read-only or failing storage) with one ``error: could not write ...`` line and status 74.
     """
@@ -120,9 +121,12 @@ def main(argv: list[str] | None = None) -> dict:
     except SetupError as e:
         sys.exit(f"error: {e}")
     from simcse.files.storage import WriteError
+    from simcse.training.gradcache import GradCacheError
 
     try:
         return _run(trainer, argv, model_args, data_args, training_args)
+    except GradCacheError as e:
+        sys.exit(f"error: {e}")
     except WriteError as e:
         last = _last_checkpoint(training_args.output_dir)
         hint = f"; the last complete checkpoint is kept; resume with: {resume_command(argv, last)}" if last else ""

@@ -131,3 +131,28 @@ def test_the_docs_show_this_objective():
     assert "#### Write your own objective" in docs
     assert inspect.getsource(ScaledInfoNCE) in docs
     assert "register_objective(ScaledInfoNCE)" in docs
+
+
+def test_gradient_caching_refuses_a_trainable_parameter_of_the_loss(tmp_path, tiny_bert_dir, corpus):
+    """The learned scale is used on the whole batch's embeddings, where gradient caching takes only the embeddings'
+    gradient: training it that way would leave it untrained, so the first cached step stops with its name."""
+    from conftest import training_error
+
+    msg = training_error(_argv(tiny_bert_dir, corpus, tmp_path / "o", "--max_steps", "1",
+                               "--gradient_cache_chunk_size", "4"))
+    assert "--loss test_scaled_infonce: log_scale" in msg and "--gradient_cache_chunk_size" in msg
+
+
+def test_gradient_caching_trains_an_objective_without_parameters_in_its_loss(tmp_path, tiny_bert_dir, corpus):
+    """The same objective with its scale frozen: nothing in the loss needs a gradient, caching runs."""
+    from conftest import run_training
+
+    frozen = {}
+
+    def freeze(trainer):
+        trainer.objective.log_scale.requires_grad_(False)
+        frozen["scale"] = trainer.objective.log_scale.item()
+
+    trainer = run_training(_argv(tiny_bert_dir, corpus, tmp_path / "o", "--max_steps", "2",
+                                 "--gradient_cache_chunk_size", "4"), on_build=freeze)
+    assert trainer.state.global_step == 2 and trainer.objective.log_scale.item() == frozen["scale"]

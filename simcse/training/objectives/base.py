@@ -86,20 +86,20 @@ def encode_without_dropout(model: nn.Module, inputs: Mapping[str, torch.Tensor],
 
 
 class BatchSeeds:
-    """Seeds for an objective's per-batch random draws (MLM masks, ESimCSE's word repetition): ``seeds(context)``
-    -> an int from (``context.seed``, global step, rank, micro-batch within the step), counting the calls made
-    at the same step. Never the global generator: a resumed run draws exactly what an uninterrupted one does."""
+    """Seeds for an objective's per-micro-batch random draws (MLM masks, word repetition, replaced tokens):
+    ``seeds(context, *salt)`` is ``context.draw_seed(micro, *salt)``, with ``micro`` counting the calls made at the
+    same optimizer step. So the draws depend on (seed, step, rank, micro-batch, salt) only: the same with or
+    without gradient caching (one call per micro-batch, in ``prepare_batch``) and after a resume (which starts
+    at a step boundary); never the global generator. Nothing to save in checkpoints."""
 
     def __init__(self):
         self._last = (-1, 0)  # (global step, micro-batch) of the last draw
 
-    def __call__(self, context: "LossContext") -> int:
-        import numpy as np
-
-        step = context.global_step
+    def __call__(self, context: "LossContext", *salt: int) -> int:
+        step = int(context.global_step)
         micro = self._last[1] + 1 if self._last[0] == step else 0
         self._last = (step, micro)
-        return int(np.random.SeedSequence([context.seed, step, context.rank, micro]).generate_state(1)[0])
+        return context.draw_seed(micro, *salt)
 
 
 @dataclass

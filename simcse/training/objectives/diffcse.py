@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from simcse.training.objectives import register_objective
-from simcse.training.objectives.base import LossContext, Objective
-from simcse.training.objectives.heads import MicroBatchSeed, ProjectionMLP
+from simcse.training.objectives.base import BatchSeeds, LossContext, Objective
+from simcse.training.objectives.heads import ProjectionMLP
 from simcse.training.objectives.infonce import InfoNCE
 
 __all__ = ["DiffCSE", "TiedEncoderMLM", "ENCODER_TIED"]
@@ -107,7 +107,7 @@ class DiffCSE(Objective):
         self.temp, self.lambda_weight, self.masking_ratio = float(temp), float(lambda_weight), float(masking_ratio)
         self.generator_name, self.batchnorm, self.before_mlp = generator_name, bool(batchnorm), bool(before_mlp)
         self.generator_dropout = bool(generator_dropout)
-        self._seeds = MicroBatchSeed()
+        self._seeds = BatchSeeds()
         # BatchNorm statistics over a chunk are not the batch's, and GradCache differentiates the loss of the
         # whole batch's embeddings only, so the head's own gradients would be lost: refused at setup.
         self.supports_grad_cache = not self.batchnorm
@@ -202,7 +202,7 @@ class DiffCSE(Objective):
         drawn once per micro-batch from (seed, step, rank, micro-batch): gradient-caching chunks carry their rows."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
         b, v, length = ids.shape
-        e_ids, replaced = self.edit(ids.reshape(b * v, length), mask.reshape(b * v, length), self._seeds.next(context))
+        e_ids, replaced = self.edit(ids.reshape(b * v, length), mask.reshape(b * v, length), self._seeds(context))
         return {**batch, "diffcse_input_ids": e_ids.view(b, v, length), "diffcse_labels": replaced.view(b, v, length)}
 
     # ------------------------------------------------------------------ losses

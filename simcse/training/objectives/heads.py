@@ -1,6 +1,5 @@
-"""Pieces that the token-level objectives DiffCSE and InfoCSE share: their BatchNorm projection head and the
-seeds of the masked copy each draws once per micro-batch (in ``prepare_batch``, so gradient-caching chunks carry
-their rows of it).
+"""The piece that the token-level objectives DiffCSE and InfoCSE share: their BatchNorm projection head (the seeds
+of the masked copy each draws once per micro-batch are :class:`simcse.training.objectives.base.BatchSeeds`).
 
 Both official codes (voidism/DiffCSE ``diffcse/models.py``, caskcsg/sentemb ``InfoCSE/infocse/models_cls_mlm.py``)
 replace SimCSE's Linear + Tanh head with the same ``ProjectionMLP`` when trained with ``--batchnorm`` (their
@@ -12,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ProjectionMLP", "MicroBatchSeed"]
+__all__ = ["ProjectionMLP"]
 
 
 class ProjectionMLP(nn.Module):
@@ -35,20 +34,3 @@ class ProjectionMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
-
-
-class MicroBatchSeed:
-    """Seeds for the random draws an objective makes in :meth:`~simcse.training.objectives.base.Objective.prepare_batch`
-    (called once per micro-batch): ``next(context)`` is ``context.draw_seed(micro)`` with ``micro`` counting the
-    micro-batches of the current optimizer step, so the draws depend on (seed, step, rank, micro-batch) only:
-    the same with or without gradient caching and after a resume (which starts at a step boundary). Not saved
-    in checkpoints (nothing to save)."""
-
-    def __init__(self):
-        self._step, self._micro = None, -1
-
-    def next(self, context) -> int:
-        step = int(context.global_step)
-        self._micro = self._micro + 1 if step == self._step else 0
-        self._step = step
-        return context.draw_seed(self._micro)

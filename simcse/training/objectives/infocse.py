@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from simcse.training.objectives import register_objective
-from simcse.training.objectives.base import LossContext, Objective
-from simcse.training.objectives.heads import MicroBatchSeed, ProjectionMLP
+from simcse.training.objectives.base import BatchSeeds, LossContext, Objective
+from simcse.training.objectives.heads import ProjectionMLP
 from simcse.training.objectives.infonce import InfoNCE
 
 __all__ = ["InfoCSE"]
@@ -86,7 +86,7 @@ class InfoCSE(Objective):
         self.temp, self.mlm_weight, self.mlm_probability = float(temp), float(mlm_weight), float(mlm_probability)
         self.skip_from, self.n_head_layers = int(skip_from), int(n_head_layers)
         self.batchnorm, self.mlm_eval, self.lm_head_init = bool(batchnorm), bool(mlm_eval), lm_head
-        self._seeds = MicroBatchSeed()
+        self._seeds = BatchSeeds()
 
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "mlm_weight": self.mlm_weight, "mlm_probability": self.mlm_probability,
@@ -188,7 +188,7 @@ class InfoCSE(Objective):
 
         ids, mask = batch["input_ids"], batch["attention_mask"]
         b, v, length = ids.shape
-        seed = self._seeds.next(context)
+        seed = self._seeds(context)
         masked, labels = mask_tokens(ids.reshape(b * v, length).cpu(), mask.reshape(b * v, length).cpu(),
                                      mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
                                      special_ids=self.special_ids, mlm_probability=self.mlm_probability,

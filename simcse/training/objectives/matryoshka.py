@@ -49,8 +49,7 @@ def _draw(n: int, k: int, context: LossContext | None, salt: int) -> list[int]:
     """``k`` of ``range(n)`` (sorted), drawn from (seed, step, rank, salt); all of them when k <= 0 or k >= n."""
     if k <= 0 or k >= n:
         return list(range(n))
-    seed = 0 if context is None else hash((context.seed, context.global_step, context.rank, salt)) % (2**31)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(0 if context is None else context.draw_seed(salt))
     return sorted(torch.randperm(n, generator=g)[:k].tolist())
 
 

@@ -5,13 +5,12 @@ decoder's output at position ``i - 1`` through its own language-model head, so t
 future context the switch opened up. ``--loss mntp``."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from simcse.training.objectives import register_objective
-from simcse.training.objectives.base import Objective
+from simcse.training.objectives.base import BatchSeeds, Objective
 
 MASK_TOKEN_TYPES = ("blank", "eos", "mask")  # LLM2Vec's --mask_token_type for tokenizers without a mask token
 
@@ -58,7 +57,7 @@ class MNTP(Objective):
         self.lm_head: nn.Module | None = None
         self._tied = False
         self._token_facts: tuple[int, int, list[int]] | None = None
-        self._draw = (-1, 0)
+        self._seeds = BatchSeeds()
 
     # ---------------------------------------------------------------- setup
     def setup(self, model, args) -> None:
@@ -89,15 +88,12 @@ class MNTP(Objective):
 
         if "mntp_input_ids" in batch:
             return batch
-        step = context.global_step
-        micro = self._draw[1] + 1 if self._draw[0] == step else 0
-        self._draw = (step, micro)
-        seed = np.random.SeedSequence([context.seed, step, context.rank, micro, 0x4D4E5450]).generate_state(1)[0]
+        seed = self._seeds(context, 0x4D4E5450)  # salted: "MNTP"
         mask_id, vocab, special = self._token_facts
         ids = batch["input_ids"][:, 0]  # (B, L): the one view
         masked, labels = mask_tokens(ids.cpu(), batch["attention_mask"][:, 0].cpu(), mask_token_id=mask_id,
                                      vocab_size=vocab, special_ids=special, mlm_probability=self.mlm_probability,
-                                     generator=torch.Generator().manual_seed(int(seed)))
+                                     generator=torch.Generator().manual_seed(seed))
         return {**batch, "mntp_input_ids": masked.to(ids.device), "mntp_labels": labels.to(ids.device)}
 
     def embed(self, model, batch, context):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -225,8 +224,7 @@ class RankCSE(Objective):
         if self.distillation == "listnet":
             rank = listnet(teacher, s12, labels)
         else:
-            seed = np.random.SeedSequence([context.seed, context.global_step, context.rank]).generate_state(1)[0]
-            rank = listmle(teacher, s12, torch.Generator().manual_seed(int(seed)))
+            rank = listmle(teacher, s12, torch.Generator().manual_seed(context.draw_seed()))
         return {"infonce": F.cross_entropy(s12, labels),
                 "consistency": self.beta * consistency_loss(s12, s21, self.consistency),
                 "distillation": self.gamma * rank}
