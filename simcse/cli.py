@@ -50,19 +50,23 @@ EXIT_USAGE = 2
 CLIError = UsageError  # a problem with the command's inputs: ``error: ...``, exit status 2 (the older name)
 
 
-def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+def _add_model_args(p: argparse.ArgumentParser, required: bool = True, reads_index: bool = False) -> None:
+    """The model options of encode/index/search/serve; ``reads_index``: the command opens a built ``--index``,
+    whose recorded pooler, truncation and size are the defaults (the help says so only there)."""
     p.add_argument("--model_name_or_path", "--model", dest="model", required=required,
-                   help="model folder saved by simcse, a plain HF encoder folder, or a hub name")
-    p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder or index records; cls for a plain HF encoder)")
+                   help="model folder saved by simcse, a plain HF encoder folder, or a hub name"
+                        + (" (default: the one the --index records)" if reads_index else ""))
+    p.add_argument("--pooler", default=None, help="pooler (default: the one the model folder"
+                   + (" or --index" if reads_index else "") + " records; cls for a plain HF encoder)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--batch_size", "--batch-size", type=int, default=64, help="sentences encoded per forward pass")
     p.add_argument("--max_length", "--max-length", type=int, default=None,
-                   help="truncation in tokens (default 128; for an --index, the one it was built with)")
+                   help="truncation in tokens (default " + ("the one the --index was built with" if reads_index else "128") + ")")
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (autocast); output stays float32 "
                    "(default: float32)")
     p.add_argument("--truncate_dim", "--truncate-dim", dest="truncate_dim", type=int, default=None,
                    help="keep the first N coordinates of each embedding (a Matryoshka-trained model); unit rows are "
-                        "normalised after the cut (default: the full size; search/serve: the size the index was built at)")
+                        "normalised after the cut (default: " + ("the size the --index was built at" if reads_index else "the full size") + ")")
 
 
 def _add_dataset_args(p: argparse.ArgumentParser) -> None:
@@ -137,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--chunk_size", "--chunk-size", type=int, default=10_000, help="lines encoded and added per step")
 
     s = sub.add_parser("search", help="query an index built by 'simcse index'")
-    _add_model_args(s, required=False)
+    _add_model_args(s, required=False, reads_index=True)
     s.add_argument("--index", required=True, help="index folder")
     s.add_argument("--query", action="append", default=[], help="a query sentence (repeatable; default: none, "
                    "give --query or --query_file)")
@@ -166,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --format onnx: also write onnx/simcse_int8.onnx (dynamic int8 quantisation)")
 
     v = sub.add_parser("serve", help="search demo: a web page and a JSON API over an index")
-    _add_model_args(v, required=False)
+    _add_model_args(v, required=False, reads_index=True)
     from simcse.serving.serve import add_arguments as add_serve_arguments
 
     add_serve_arguments(v)

@@ -320,6 +320,16 @@ def test_every_help_shows_every_default(name, capsys):
             assert shown, f"simcse {name} {action.option_strings[0]}: default {action.default!r} not in its help"
 
 
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_only_commands_that_read_an_index_speak_of_one_in_the_model_options(name):
+    """encode and index take no --index: their model options' help must not send the reader to one."""
+    parser = _subparsers()[name]
+    takes_index = any("--index" in a.option_strings for a in parser._actions)
+    for action in parser._actions:
+        if action.dest in ("model", "pooler", "max_length", "truncate_dim"):
+            assert ("index" in action.help) == takes_index, (name, action.dest, action.help)
+
+
 def test_search_help_states_the_threshold_and_why():
     help_text = next(a.help for a in _subparsers()["search"]._actions if a.dest == "threshold")
     assert "default 0.6" in help_text and "reference" in help_text and "fewer than --top_k" in help_text

@@ -229,7 +229,7 @@ def _print_next_steps(output_dir: str, keep_checkpoints: bool = True) -> None:
           f"[simcse] evaluate it:   simcse evaluate --model_name_or_path {out} --task_set sts --mode test"
           f"   (the paper's STS table; --task_set full adds the 7 transfer tasks, many minutes on a CPU)\n"
           f"[simcse] use it:        python -c \"from simcse import SimCSE; m = SimCSE('{out}'); "
-          f"print(m.similarity('A man is playing a guitar.', 'A person plays music.'))\"", flush=True)
+          f"print(m.similarity('A man plays a guitar.', 'Someone plays music.'))\"", flush=True)
 
 
 if __name__ == "__main__":

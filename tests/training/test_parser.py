@@ -204,3 +204,12 @@ def test_the_printed_next_step_evaluates_as_the_readme_does(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "evaluate it:" in ln)
     assert "--task_set sts --mode test" in line
     assert "--task_set sts --mode test" in (REPO / "README.md").read_text()
+
+
+def test_the_printed_use_line_compares_the_sentences_the_readme_does(tmp_path, capsys):
+    import re
+
+    train_mod._print_next_steps(str(tmp_path))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "use it:" in ln)
+    pair = re.search(r"similarity\(('[^']+', '[^']+')\)", line).group(1)
+    assert f"m.similarity({pair})" in (REPO / "README.md").read_text()
