@@ -73,6 +73,36 @@ def test_streaming_trains(files, tmp_path, method):
     assert trainer.state.global_step == 3 and all(torch.isfinite(torch.tensor(logged_losses(trainer))))
 
 
+# the token-level and prompt methods, streamed: name -> (--loss_args, extra options); "{model}" is the tiny model
+STREAMED = {
+    "diffcse": ({"generator_name": "encoder-tied", "lambda_weight": 0.5}, ("--pooler_type", "cls_before_pooler")),
+    "infocse": ({"mlm_weight": 0.5, "skip_from": 1, "lm_head": "embeddings"}, ("--pooler_type", "cls_before_pooler")),
+    "promptbert": ({"template": "the {sentence} is {mask} .", "template2": "a {sentence} was {mask} ."},
+                   ("--pooler_type", "prompt_mask")),
+    "rankcse": ({"teachers": ["{model}"], "distillation": "listmle"}, ()),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(STREAMED))
+def test_the_other_methods_train_streamed(files, tmp_path, method):
+    """DiffCSE, InfoCSE, PromptBERT and RankCSE read a streamed dataset (never loaded whole) like the rest: 3 steps of
+    the method's objective, finite losses."""
+    import json
+
+    from conftest import objective_argv
+
+    loss_args, extra = STREAMED[method]
+    loss_args = json.loads(json.dumps(loss_args).replace("{model}", str(files / "model")))
+    argv = objective_argv(files / "model", files / "train.txt", tmp_path / "out", method, loss_args, "--max_steps", "3",
+                          "--save_strategy", "no", *extra)
+    i = argv.index("--train_file")
+    argv[i:i + 2] = ["--dataset_name", str(files / "hub"), "--dataset_config_name", "wiki", "--streaming", "true"]
+    trainer = run_training(argv)
+    assert trainer.state.global_step == 3 and all(torch.isfinite(torch.tensor(logged_losses(trainer))))
+    assert trainer.objective.name == method
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_gradient_caching_equals_the_whole_batch_or_is_refused(files, tmp_path, method):
     if not METHODS[method][2]:
