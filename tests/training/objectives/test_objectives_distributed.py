@@ -30,26 +30,27 @@ pytestmark = pytest.mark.slow
 WORLD, BATCH = 2, 8
 PROMPT = {"template": "the {sentence} is {mask} .", "template2": "a {sentence} was {mask} ."}
 ESIMCSE = {"neg_size": 12, "momentum": 0.9}
-# row -> (--loss, --loss_args, --pooler_type)
+# row -> (--loss, --loss_args, --pooler_type, tensors gathered with / without gradient)
 ROWS = {
-    "esimcse": ("esimcse", ESIMCSE, "avg"),  # first step: the queue is empty
-    "esimcse_full_queue": ("esimcse", ESIMCSE, "avg"),  # the same filled queue on both processes and in the reference
-    "simcse_pp": ("simcse_pp", {}, "avg"),  # off-dropout keys gathered, DCL on the gathered rows
-    "mixcse": ("mixcse", {"lambdas": 0.3, "hard_negative_weight": 0.5}, "avg"),
-    "infocse": ("infocse", {"mlm_weight": 0.5, "skip_from": 1, "batchnorm": False}, "cls_before_pooler"),
-    "promptbert": ("promptbert", PROMPT, "prompt_mask"),
-    "rankcse_listmle": ("rankcse", {"distillation": "listmle"}, "avg"),  # teacher lists gathered
-    "rankcse_listnet": ("rankcse", {"distillation": "listnet"}, "avg"),
+    "esimcse": ("esimcse", ESIMCSE, "avg", (1, 0)),  # first step: the queue is empty; the keys, not the queue
+    "esimcse_full_queue": ("esimcse", ESIMCSE, "avg", (1, 0)),  # the same filled queue here and in the reference
+    "simcse_pp": ("simcse_pp", {}, "avg", (3, 0)),  # the off-dropout keys, and both views for DCL
+    "mixcse": ("mixcse", {"lambdas": 0.3, "hard_negative_weight": 0.5}, "avg", (1, 1)),  # keys; anchors to mix
+    "infocse": ("infocse", {"mlm_weight": 0.5, "skip_from": 1, "batchnorm": False}, "cls_before_pooler", (1, 0)),
+    "promptbert": ("promptbert", PROMPT, "prompt_mask", (1, 0)),
+    "rankcse_listmle": ("rankcse", {"distillation": "listmle"}, "avg", (2, 1)),  # both views; the teacher's keys
+    "rankcse_listnet": ("rankcse", {"distillation": "listnet"}, "avg", (2, 1)),
 }
-# template denoising subtracts two nearly equal states: float32 gradients of a tiny model are ill-conditioned (1e-3
-# relative between row orders of one process), float64 ones are not; the last LayerNorm's bias shifts both states
-# alike, so its true gradient is 0 (compared absolutely)
+# PromptBERT's template denoising subtracts two nearly equal states and InfoCSE's tiny [CLS] states are nearly
+# equal: their float32 gradients are ill-conditioned (~1e-3 relative between two row orders of one process),
+# float64 ones are not. The last LayerNorm's bias shifts both denoised states alike: true gradient 0 (compared
+# absolutely).
 FLOAT64 = {"promptbert", "infocse"}
 NEAR_ZERO = {"promptbert": ("layer.1.output.LayerNorm.bias",)}
 
 
 def _argv(root, row, seed, out, *extra):
-    loss, args, pooler = ROWS[row]
+    loss, args, pooler, _ = ROWS[row]
     if loss == "rankcse":
         args = {"teachers": [str(root / "teacher")], "teacher_poolers": ["avg"], **args}
     return objective_argv(root / "model", root / "train.txt", out, loss, args, "--pooler_type", pooler,
@@ -123,6 +124,14 @@ def _step(trainer, model, batch, queue):
     return {"loss": loss.detach(), "grads": grads, "queue": after}
 
 
+def _counting(gather, kind, log):
+    """``gather`` that first appends ``kind`` to ``log``."""
+    def counted(t):
+        log.append(kind)
+        return gather(t)
+    return counted
+
+
 def _worker(rank: int, port: int, root: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD))
@@ -135,18 +144,21 @@ def _worker(rank: int, port: int, root: str) -> None:
     import simcse.training.objective_hooks as hooks  # where the trainer takes its gather from
 
     root = Path(root)
-    inputs, results, real = torch.load(root / "inputs.pt"), {}, hooks.all_gather_with_grad
+    inputs, results = torch.load(root / "inputs.pt"), {}
+    real = hooks.all_gather_with_grad, hooks.all_gather_nograd
     for row, (batch, seed, queue) in inputs.items():
         for control in (False, True):
             trainer = _build(root, row, seed, root / "out" / f"{row}-{rank}-{control}", "--ddp_backend", "gloo")
             assert dist.is_initialized() and dist.get_world_size() == WORLD and dist.get_backend() == "gloo"
             ddp = trainer.accelerator.prepare_model(trainer.model)
             assert isinstance(ddp, DistributedDataParallel)
-            hooks.all_gather_with_grad = gather_without_cross_process_gradient if control else real
+            log = []
+            hooks.all_gather_with_grad = _counting(gather_without_cross_process_gradient if control else real[0], 0, log)
+            hooks.all_gather_nograd = _counting(real[1], 1, log)
             try:
-                results[row, control] = _step(trainer, ddp, _half(batch, rank), queue)
+                results[row, control] = {**_step(trainer, ddp, _half(batch, rank), queue), "gathers": log}
             finally:
-                hooks.all_gather_with_grad = real
+                hooks.all_gather_with_grad, hooks.all_gather_nograd = real
     torch.save(results, root / f"rank{rank}.pt")
     dist.barrier()
 
@@ -216,3 +228,13 @@ def test_esimcse_queue_is_per_process(runs):
         mine = ranks[r]["esimcse", False]["queue"]
         torch.testing.assert_close(mine, _half({"q": whole}, r)["q"], rtol=1e-5, atol=1e-6)
 
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_what_each_method_gathers(runs, row):
+    """The tensors a process gathers, as the official code: ESimCSE the keys (never its queue), SimCSE++ its
+    off-dropout keys and both views (DCL), MixCSE the keys and the anchors it mixes (no gradient), RankCSE both
+    views and the teacher's keys (no gradient)."""
+    ranks, _ = runs
+    log = ranks[0][row, False]["gathers"]
+    assert (log.count(0), log.count(1)) == ROWS[row][3]
