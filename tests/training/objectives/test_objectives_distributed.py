@@ -5,7 +5,9 @@ One spawn of two workers runs every row of :data:`ROWS`: each builds its trainer
 (``build_trainer`` of the ``simcse train`` options, ``--ddp_backend gloo``: TrainingArguments/accelerate start the
 process group from RANK/WORLD_SIZE), wraps the model in DDP with ``trainer.accelerator.prepare_model`` and runs
 ``trainer.training_step`` on its half of the global batch. The parent computes the one-process step on the whole
-batch. Dropout is off (``--dropout 0``) so the comparison is exact up to float rounding.
+batch. Dropout is off (``--dropout 0``) so the comparison is exact up to float rounding. Each row runs a second
+time with the original SimCSE code's gather (other processes' rows without gradient): a control that must not
+match. The workers also count what each method gathers.
 
 Random draws per process: ESimCSE's word repetition and InfoCSE's masks are drawn from (seed, step, rank), so
 the one-process reference prepares each half with that rank's draws (InfoCSE: the first ``--seed`` whose two
@@ -72,7 +74,8 @@ def _half(batch, rank):
 
 
 def _cat(halves):
-    """The halves' tensors concatenated along the batch, right-padded to the longest (ESimCSE's repetition)."""
+    """The halves' tensors concatenated along the batch, right-padded with 0 ([PAD], mask 0) to the longest
+    (ESimCSE's repetition lengthens each half by its own draw)."""
     def pad(t, length):
         return torch.nn.functional.pad(t, (0, length - t.shape[2])) if t.dim() == 3 and t.shape[2] < length else t
 
