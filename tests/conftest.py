@@ -452,6 +452,17 @@ def run_processes(worker, args: tuple, nprocs: int, timeout_s: float) -> None:
                 p.kill()
 
 
+def gather_without_cross_process_gradient(x: torch.Tensor) -> torch.Tensor:
+    """The original SimCSE code's gather of (B, H) rows: a plain ``all_gather`` whose other processes' rows carry no
+    gradient, the local rows put back with theirs (a control that a correct gather's gradients must not match)."""
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.detach().contiguous())
+    parts[dist.get_rank()] = x
+    return torch.cat(parts, 0)
+
+
 def make_mlm_model(folder, dropout: float = 0.1):
     """:func:`make_tiny_model` plus a masked-LM head saved beside it (a checkpoint ``--do_mlm`` can train)."""
     from transformers import BertConfig, BertForMaskedLM
@@ -531,19 +542,6 @@ def simulated_ranks(objective, embeddings, batch, world: int = 2, teacher_views=
     return total / world
 
 
-def assert_grads_match(ours: dict, theirs: dict, rel: float = 2e-5) -> None:
-    """Parameter gradients ``{name: tensor}`` of a re-implementation equal an official forward's within ``rel``
-    (relative norm); the attention key biases, whose true gradient is 0 (softmax ignores a shift of every key),
-    must be ~0 on our side instead. Fails when the two name sets differ."""
-    assert set(ours) == set(theirs), sorted(set(ours) ^ set(theirs))
-    scale = max(float(g.norm()) for g in theirs.values())
-    for k, g in ours.items():
-        if k.endswith("attention.self.key.bias"):
-            assert float(g.norm()) < 1e-5 * scale, k
-            continue
-        assert float((g - theirs[k]).norm() / theirs[k].norm()) < rel, k
-
-
 def spread_cls_model(folder, scale: float = 0.5, seed: int = 0):
     """A training-mode SimCSEModel of ``folder`` ([CLS] + a random MLP in training only) with eager attention (the
     kernel of a plain ``BertModel`` transcription) and every weight moved by ``scale`` x N(0, 1), so the tiny
@@ -593,26 +591,34 @@ def reference_projection(like):
     return mlp
 
 
-def assert_same_gradients(pairs, near_zero=(), tol: float = 2e-5) -> int:
-    """For each (module, reference module) pair, every parameter's gradient equals the reference's within ``tol``
-    relative (both None, or both set); returns how many were compared. Names ending in
-    ``attention.self.key.bias`` (softmax ignores a shift of every key: true gradient 0) and in ``near_zero``
-    (a true gradient 0 in some path, e.g. a shift that BatchNorm removes) are compared absolutely instead,
-    against 1e-5 x the largest reference gradient."""
-    scale = max(float(p.grad.norm()) for _, ref in pairs for p in ref.parameters() if p.grad is not None)
+def param_grads(*modules) -> dict[str, torch.Tensor]:
+    """``{name: gradient}`` of the parameters of ``modules`` that have one (names prefixed by the module's index
+    when several modules are given)."""
+    return {(f"{i}.{n}" if len(modules) > 1 else n): p.grad for i, m in enumerate(modules)
+            for n, p in m.named_parameters() if p.grad is not None}
+
+
+def pair_grads(pairs) -> tuple[dict, dict]:
+    """(ours, reference) :func:`param_grads` of a list of (module, reference module) pairs."""
+    mine, refs = zip(*pairs)
+    return param_grads(*mine), param_grads(*refs)
+
+
+def assert_same_gradients(ours: dict, theirs: dict, rel: float = 2e-5, near_zero=()) -> int:
+    """Gradients ``{name: tensor}`` (e.g. :func:`param_grads`) equal the reference's within ``rel`` (relative norm,
+    each tensor); fails when the name sets differ; returns how many were compared. Names ending in
+    ``attention.self.key.bias`` (softmax ignores a shift of every key: true gradient 0) and in ``near_zero`` (a
+    true gradient 0 in some path, e.g. a shift that BatchNorm removes) are compared absolutely instead, against
+    1e-5 x the largest reference gradient."""
+    assert set(ours) == set(theirs), sorted(set(ours) ^ set(theirs))
+    scale = max(float(g.norm()) for g in theirs.values())
     checked = 0
-    for mine, ref in pairs:
-        ref_params = dict(ref.named_parameters())
-        for name, p in mine.named_parameters():
-            g, rg = p.grad, ref_params[name].grad
-            assert (g is None) == (rg is None), name
-            if g is None:
-                continue
-            if name.endswith(("attention.self.key.bias", *near_zero)):
-                assert float((g - rg).norm()) < 1e-5 * scale, name
-                continue
-            assert float((g - rg).norm() / rg.norm()) < tol, name
-            checked += 1
+    for name, g in ours.items():
+        if name.endswith(("attention.self.key.bias", *near_zero)):
+            assert float((g - theirs[name]).norm()) < 1e-5 * scale, name
+            continue
+        assert float((g - theirs[name]).norm() / theirs[name].norm()) < rel, name
+        checked += 1
     return checked
 
 

@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 
-from conftest import free_port, make_tiny_model, random_sentences, run_processes
+from conftest import free_port, gather_without_cross_process_gradient, make_tiny_model, random_sentences, run_processes
 
 WORLD = 2
 GLOBAL_BATCH = 8
@@ -31,16 +31,6 @@ CONFIGS = {
     "triplets_reference_gather": (3, None, False, "reference", "avg"),
 }
 
-
-
-def _reference_gather(x):
-    """The original SimCSE code's gather: plain all_gather, then the local rows put back with their gradient."""
-    import torch.distributed as dist
-
-    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, x.detach().contiguous())
-    parts[dist.get_rank()] = x
-    return torch.cat(parts, 0)
 
 
 def _make_trainer(model, out_dir, chunk, mlm):
@@ -87,7 +77,7 @@ def _worker(rank: int, port: int, model_dir: str, data_path: str, out_dir: str) 
         assert isinstance(ddp, DistributedDataParallel)
         real_gather = trainer_mod.all_gather_with_grad
         if gather == "reference":
-            trainer_mod.all_gather_with_grad = _reference_gather
+            trainer_mod.all_gather_with_grad = gather_without_cross_process_gradient
         try:
             loss = trainer.training_step(ddp, batch)
         finally:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import assert_grads_match, random_sentences, spread_cls_model
+from conftest import assert_same_gradients, random_sentences, spread_cls_model
 from simcse.training.objectives import LossContext, build_objective
 
 HP = {"temp": 0.05, "lambdas": 0.2, "hard_negative_weight": 0.0}
@@ -88,7 +88,7 @@ def test_mixcse_equals_official_forward(setup, weight):
     ours = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
     theirs = {**{f"encoder.{k}": p.grad for k, p in bert.named_parameters()},
               "mlp.dense.weight": mlp[0].weight.grad, "mlp.dense.bias": mlp[0].bias.grad}
-    assert_grads_match(ours, theirs)
+    assert_same_gradients(ours, theirs)
 
     # the comparison tells a changed key hyperparameter apart (mixing ratio, temperature, hard-negative weight)
     for changed in ({"lambdas": 0.3}, {"temp": 0.1}, {"hard_negative_weight": weight + 0.5}):

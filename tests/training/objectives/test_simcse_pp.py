@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import assert_grads_match, random_sentences, spread_cls_model
+from conftest import assert_same_gradients, random_sentences, spread_cls_model
 from simcse.training.objectives import LossContext, build_objective
 
 HP = {"temp": 0.05, "pos_ratio": 0.9, "sw_weight": 0.1, "sw_temp": 5.0}
@@ -104,7 +104,7 @@ def test_simcse_pp_equals_official_forward(model, tiny_bert_dir):
     ours = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
     theirs = {**{f"encoder.{k}": p.grad for k, p in bert.named_parameters()},
               "mlp.dense.weight": mlp[0].weight.grad, "mlp.dense.bias": mlp[0].bias.grad}
-    assert_grads_match(ours, theirs)
+    assert_same_gradients(ours, theirs)
 
     # the comparison tells a changed key hyperparameter apart
     for changed in ({"temp": 0.1}, {"pos_ratio": 1.0}, {"sw_weight": 0.2}, {"sw_temp": 20.0}):
