@@ -74,18 +74,23 @@ def minilm_dir():
     return str(m.get_model_path())
 
 
-def perturbed_model(folder, pooler: str, mlp_only_train: bool = False, seed: int = 0):
-    """A SimCSEModel of ``folder`` with a random new MLP and every weight moved by N(0, 0.05): the tiny random
+def perturb(module, seed: int, scale: float = 0.5):
+    """Move every parameter of ``module`` by ``scale`` x N(0, 1) (a fixed generator, in parameter order): tiny random
+    models spread out (else every cosine is about 1). Returns ``module``."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return module
+
+
+def perturbed_model(folder, pooler: str, mlp_only_train: bool = False, seed: int = 0, scale: float = 0.05):
+    """A SimCSEModel of ``folder`` with a random new MLP and every weight moved by :func:`perturb`: the tiny random
     models' outputs spread out, so that a wrong pooler or a missing module shows in the embeddings."""
     from simcse.models.modeling import SimCSEModel
 
-    m = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
-                                    new_mlp_init="random")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g))
-    return m
+    return perturb(SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, mlp_only_train=mlp_only_train,
+                                               new_mlp_init="random"), seed, scale)
 
 
 def random_sentences(n: int, seed: int = 0) -> list[str]:
@@ -543,18 +548,10 @@ def simulated_ranks(objective, embeddings, batch, world: int = 2, teacher_views=
 
 
 def spread_cls_model(folder, scale: float = 0.5, seed: int = 0):
-    """A training-mode SimCSEModel of ``folder`` ([CLS] + a random MLP in training only) with eager attention (the
-    kernel of a plain ``BertModel`` transcription) and every weight moved by ``scale`` x N(0, 1), so the tiny
-    random model's embeddings spread out (else every cosine is about 1 and a loss cannot tell forwards apart)."""
-    from simcse.models.modeling import SimCSEModel
-
-    model = SimCSEModel.from_pretrained(str(folder), pooler_type="cls", mlp_only_train=True,
-                                        new_mlp_init="random").train()
+    """A training-mode :func:`perturbed_model` of ``folder`` ([CLS] + a random MLP in training only, weights moved by
+    ``scale``) with eager attention (the kernel of a plain ``BertModel`` transcription), for the loss comparisons."""
+    model = perturbed_model(folder, "cls", mlp_only_train=True, seed=seed, scale=scale).train()
     model.encoder.set_attn_implementation("eager")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g))
     return model
 
 
@@ -620,15 +617,6 @@ def assert_same_gradients(ours: dict, theirs: dict, rel: float = 2e-5, near_zero
         assert float((g - theirs[name]).norm() / theirs[name].norm()) < rel, name
         checked += 1
     return checked
-
-
-def perturb(module, seed: int, scale: float = 0.5):
-    """Move every parameter of ``module`` by N(0, scale) (a fixed generator): tiny random models spread out."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g))
-    return module
 
 
 def reversed_pair_batch(tokenizer, n: int = 8) -> dict:
