@@ -8,9 +8,11 @@ sentences of wiki1m_for_simcse.txt), batch (64), truncation (32 tokens), seed an
 ``simcse.training.train.build`` + ``trainer.train()`` with the method's options (:data:`METHODS`: its
 ``--loss``/``--loss_args`` and pooler). Each method runs in a fresh subprocess, so its peak resident memory
 (``getrusage`` ``ru_maxrss``) and, on a GPU, its peak allocated memory are its own. The step time is the wall
-time of the timed steps (data loading, collation, forward, backward, optimizer) per step; every line ends with
-the 1-minute load average (the machine may be shared). The last line is machine-readable::
+time of the timed steps (data loading, collation, forward, backward, optimizer) per step, printed beside the
+process's CPU time per step (all its threads: less sensitive than wall time to other jobs on a shared machine);
+every line ends with the 1-minute load average. The last two lines are machine-readable::
 
+    method_cpu_time_ratio_vs_simcse promptbert=X.XX rankcse=Y.YY ...
     method_step_time_ratio_vs_simcse promptbert=X.XX rankcse=Y.YY ...
 
 A method's row in :data:`METHODS` is its extra ``simcse train`` options; ``{model}`` is replaced by the model
@@ -66,13 +68,13 @@ def worker(args) -> dict:
 
     torch.set_num_threads(args.threads)
     sentences = read_sentences(args.data, args.batch_size * (args.warmup + args.steps))
-    record: list[float] = []
+    record: list[tuple[float, float]] = []  # (wall clock, this process's CPU time) at each step's end
 
     class StepTimer(TrainerCallback):
         def on_step_end(self, a, state, control, **kwargs):
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
-            record.append(time.perf_counter())
+            record.append((time.perf_counter(), time.process_time()))
 
     with tempfile.TemporaryDirectory(prefix="bench_methods_") as out:
         train_file = Path(out) / "train.txt"
@@ -91,7 +93,8 @@ def worker(args) -> dict:
         trainer.train()
     if len(record) != args.warmup + args.steps:
         raise RuntimeError(f"expected {args.warmup + args.steps} steps, timed {len(record)}")
-    return {"method": args.worker, "step_s": (record[-1] - record[args.warmup - 1]) / args.steps,
+    (w0, c0), (w1, c1) = record[args.warmup - 1], record[-1]
+    return {"method": args.worker, "step_s": (w1 - w0) / args.steps, "cpu_step_s": (c1 - c0) / args.steps,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda") else None}
 
@@ -145,10 +148,13 @@ def main(argv: list[str] | None = None) -> dict:
         gpu = (f", peak GPU {r['peak_gpu_mib']:.0f} MiB (x{r['peak_gpu_mib'] / base['peak_gpu_mib']:.2f})"
                if r["peak_gpu_mib"] else "")
         print(f"{method:12s} {1000 * r['step_s']:8.1f} ms/step (x{r['step_s'] / base['step_s']:.2f} vs simcse), "
+              f"CPU {1000 * r['cpu_step_s']:8.1f} ms/step (x{r['cpu_step_s'] / base['cpu_step_s']:.2f}), "
               f"peak RSS {r['peak_rss_mib']:.0f} MiB (x{r['peak_rss_mib'] / base['peak_rss_mib']:.2f}){gpu}; "
               f"batch {args.batch_size}, {args.precision}, {args.threads} threads, load {os.getloadavg()[0]:.2f}",
               flush=True)
     ratios = {m: results[m]["step_s"] / results["simcse"]["step_s"] for m in results if m != "simcse"}
+    cpu = {m: results[m]["cpu_step_s"] / results["simcse"]["cpu_step_s"] for m in results if m != "simcse"}
+    print("method_cpu_time_ratio_vs_simcse " + " ".join(f"{m}={v:.2f}" for m, v in cpu.items()))
     print("method_step_time_ratio_vs_simcse " + " ".join(f"{m}={v:.2f}" for m, v in ratios.items()))
     return results
 
