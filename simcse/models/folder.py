@@ -25,8 +25,8 @@ from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
-from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
-from simcse.models.prompt_pooling import check_include_prompt
+from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler, st_pooling_config
+from simcse.models.prompt_pooling import MEAN_POOLERS, check_include_prompt
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.st_files import write_sentence_transformers_files
@@ -403,7 +403,8 @@ class SavedFolder:
             prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig`
                 dict); default: the one the folder records.
             include_prompt: False leaves instruction prompts out of a mean pooler's average
-                (:mod:`simcse.models.prompt_pooling`); default: what the folder records (else True).
+                (:mod:`simcse.models.prompt_pooling`); default: what ``simcse_config.json`` records, else for a mean
+                pooler what a sentence-transformers folder's ``1_Pooling/config.json`` does, else True.
             append_eos: end every tokenised text with the EOS token (:func:`simcse.models.decoder.append_eos`):
                 True/False, or ``"auto"``/None: what the folder records, else on for a decoder pooled with
                 ``last_token`` (:func:`simcse.models.decoder.resolve_append_eos`).
@@ -429,7 +430,7 @@ class SavedFolder:
             pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
         if include_prompt is None:
-            include_prompt = bool(cfg.get("include_prompt", True)) if cfg is not None else True
+            include_prompt = cls._default_include_prompt(path, cfg, pooler_type, is_local)
         check_include_prompt(include_prompt, pooler_type)
         if append_eos in (None, "auto") and cfg is not None and "append_eos" in cfg:
             append_eos = bool(cfg["append_eos"])
@@ -464,6 +465,15 @@ class SavedFolder:
         if cfg is not None and cfg.get("prompts"):
             model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
         return model
+
+    @staticmethod
+    def _default_include_prompt(path: str, cfg: dict | None, pooler_type: str, is_local: bool) -> bool:
+        """``include_prompt`` when none is given (see :meth:`from_pretrained`); sentence-transformers' flag is
+        kept for mean poolers only (for the others it changes nothing there)."""
+        if cfg is not None:
+            return bool(cfg.get("include_prompt", True))
+        found = st_pooling_config(path) if is_local else None
+        return not (found is not None and found[0].get("include_prompt") is False and pooler_type in MEAN_POOLERS)
 
     @staticmethod
     def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool) -> str:

@@ -131,6 +131,13 @@ def test_include_prompt_false_encodes_as_sentence_transformers(decoders, tmp_pat
         np.testing.assert_allclose(ours[i], states[skip:].mean(0).numpy(), atol=1e-5)
     with_prompt = SimCSEModel.from_pretrained(str(folder), include_prompt=True).encode(S)
     assert not np.allclose(ours, with_prompt, atol=1e-3)
+    # a sentence-transformers folder without simcse's file: its 1_Pooling says to leave the prompt out
+    import shutil
+
+    shutil.copytree(folder, tmp_path / "st_only")
+    (tmp_path / "st_only" / "simcse_config.json").unlink()
+    np.testing.assert_allclose(SimCSEModel.from_pretrained(str(tmp_path / "st_only")).encode(S, prompt=PROMPT),
+                               st.encode(S, prompt=PROMPT), atol=1e-5)
     # without a prompt nothing is left out (as sentence-transformers)
     np.testing.assert_allclose(loaded.encode(S, prompt=""), SimCSEModel.from_pretrained(
         str(folder), include_prompt=True).encode(S, prompt=""), atol=1e-6)
