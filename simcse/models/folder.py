@@ -406,8 +406,9 @@ class SavedFolder:
                 (:mod:`simcse.models.prompt_pooling`); default: what ``simcse_config.json`` records, else for a mean
                 pooler what a sentence-transformers folder's ``1_Pooling/config.json`` does, else True.
             append_eos: end every tokenised text with the EOS token (:func:`simcse.models.decoder.append_eos`):
-                True/False, or ``"auto"``/None: what the folder records, else on for a decoder pooled with
-                ``last_token`` (:func:`simcse.models.decoder.resolve_append_eos`).
+                True/False, or ``"auto"``/None: what the folder records for its own pooler, else on for a decoder
+                pooled with ``last_token`` (:func:`simcse.models.decoder.resolve_append_eos`). A tokenizer that
+                already ends with EOS keeps it.
             hf_kwargs: more ``AutoModel.from_pretrained`` options (``dtype``, ``attn_implementation``...).
 
         Raises:
@@ -432,8 +433,9 @@ class SavedFolder:
         if include_prompt is None:
             include_prompt = cls._default_include_prompt(path, cfg, pooler_type, is_local)
         check_include_prompt(include_prompt, pooler_type)
-        if append_eos in (None, "auto") and cfg is not None and "append_eos" in cfg:
-            append_eos = bool(cfg["append_eos"])
+        own = cfg is not None and "append_eos" in cfg and cfg["pooler_type"] == pooler_type
+        if append_eos in (None, "auto") and own:
+            append_eos = bool(cfg["append_eos"])  # the folder's own setting (auto decides for another pooler)
         if mlp_only_train is None:
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
         if is_local:
