@@ -25,8 +25,8 @@ from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
-from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler, st_pooling_config
-from simcse.models.prompt_pooling import MEAN_POOLERS, check_include_prompt
+from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
+from simcse.models.prompt_pooling import check_include_prompt, recorded_include_prompt
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.st_files import write_sentence_transformers_files
@@ -431,7 +431,7 @@ class SavedFolder:
             pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
         if include_prompt is None:
-            include_prompt = cls._default_include_prompt(path, cfg, pooler_type, is_local)
+            include_prompt = recorded_include_prompt(path if is_local else None, cfg, pooler_type)
         check_include_prompt(include_prompt, pooler_type)
         own = cfg is not None and "append_eos" in cfg and cfg["pooler_type"] == pooler_type
         if append_eos in (None, "auto") and own:
@@ -467,15 +467,6 @@ class SavedFolder:
         if cfg is not None and cfg.get("prompts"):
             model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
         return model
-
-    @staticmethod
-    def _default_include_prompt(path: str, cfg: dict | None, pooler_type: str, is_local: bool) -> bool:
-        """``include_prompt`` when none is given (see :meth:`from_pretrained`); sentence-transformers' flag is
-        kept for mean poolers only (for the others it changes nothing there)."""
-        if cfg is not None:
-            return bool(cfg.get("include_prompt", True))
-        found = st_pooling_config(path) if is_local else None
-        return not (found is not None and found[0].get("include_prompt") is False and pooler_type in MEAN_POOLERS)
 
     @staticmethod
     def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool) -> str:

@@ -37,6 +37,18 @@ def check_include_prompt(include_prompt, pooler_type: str) -> bool:
     return include_prompt
 
 
+def recorded_include_prompt(folder, simcse_config: dict | None, pooler_type: str) -> bool:
+    """The ``include_prompt`` a model folder records: its ``simcse_config.json``'s (``simcse_config``, parsed),
+    else, for a mean pooler, a sentence-transformers folder's ``1_Pooling/config.json`` (for the other poolers the
+    flag changes nothing there), else True. ``folder``: a local folder, or None (a hub name)."""
+    from simcse.models.pooling import st_pooling_config
+
+    if simcse_config is not None:
+        return bool(simcse_config.get("include_prompt", True))
+    found = st_pooling_config(folder) if folder is not None else None
+    return not (found is not None and found[0].get("include_prompt") is False and pooler_type in MEAN_POOLERS)
+
+
 def prompt_token_count(tokenizer, prompt: str, max_length: int) -> int:
     """How many leading tokens of a row are the prompt's (sentence-transformers' ``_get_prompt_length``): the
     length of ``prompt`` tokenised alone (special tokens added, cut at ``max_length``), less one when its last id
