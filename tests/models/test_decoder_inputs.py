@@ -193,3 +193,21 @@ def test_training_with_include_prompt_false_saves_a_folder_sentence_transformers
     ours = SimCSEModel.from_pretrained(str(out)).encode(S)
     np.testing.assert_allclose(ours, _st(out).encode(S), atol=1e-5)
     assert not np.allclose(ours, SimCSEModel.from_pretrained(str(out), include_prompt=True).encode(S), atol=1e-3)
+
+
+def test_append_eos_keeps_a_sequence_post_processor(decoders):
+    """Llama 3's tokenizer has a ByteLevel post-processor followed by a BOS template: the EOS goes after the text,
+    the BOS stays."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from simcse.models.decoder import append_eos
+
+    tok = AutoTokenizer.from_pretrained(decoders["llama"])
+    bos, eos = tok.bos_token_id, tok.eos_token_id
+    tok.backend_tokenizer.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", bos)])])
+    words = tok(S[0], add_special_tokens=False)["input_ids"]
+    assert append_eos(tok) is True and append_eos(tok) is False  # the second call finds the EOS already there
+    assert tok(S[0])["input_ids"] == [bos, *words, eos]
