@@ -5,6 +5,7 @@ when used at inference, the ``cls`` MLP are inside it), so nothing but the token
 
     folder/
         onnx/simcse.onnx            # fp32, inputs: the tokenizer's (input_ids, attention_mask[, token_type_ids])
+                                    # [, prompt_length (batch,): a model that leaves prompts out of its mean]
         onnx/simcse_int8.onnx       # optional: dynamic int8 quantisation of the fp32 graph
         onnx/simcse_onnx.json       # pooler, hidden size, input names, files written
         tokenizer files, simcse_config.json
@@ -14,6 +15,11 @@ both can live in one model folder. Export uses torch's ONNX exporter (``torch.on
 onnxruntime's transformer graph optimiser (fused attention / LayerNorm / GELU kernels) for BERT-like
 encoders, and ``onnxruntime.quantization.quantize_dynamic`` for int8 (weights int8 per channel, activations
 quantised on the fly).
+
+Decoder LLMs export the same way: the graph holds the attention the model was saved with (bidirectional or
+causal, the config's ``is_causal``) and its pooler (``last_token`` included); the prompts and the EOS token are
+applied to the text by :class:`ONNXEncoder` as by :meth:`simcse.SimCSEModel.encode` (the folder's prompts, its
+tokenizer, :func:`simcse.models.decoder.append_eos` when the export records ``append_eos``).
 
 Needs ``pip install simcse[onnx]`` (onnx, onnxruntime, onnxscript).
 """
@@ -37,6 +43,7 @@ ONNX_INT8_NAME = "simcse_int8.onnx"
 ONNX_META_NAME = "simcse_onnx.json"
 QUANTIZE_CHOICES = ("int8",)
 OUTPUT_NAME = "sentence_embedding"
+PROMPT_LENGTH = "prompt_length"  # (batch,) int64 graph input of a model with include_prompt False
 # model_type values onnxruntime's transformer optimiser fuses with its BERT rules (attention, LayerNorm, GELU)
 _ORT_BERT_LIKE = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert",
                   "electra": "bert", "mpnet": "bert"}
@@ -69,8 +76,9 @@ def _export_fp32(model, path: Path, input_names: list[str], opset: int) -> None:
     tok = model.tokenizer
     sample = tok(["a short sentence", "a somewhat longer sentence for the example"], padding=True,
                  return_tensors="pt")
+    sample[PROMPT_LENGTH] = torch.tensor([1, 2])  # only traced when the model leaves prompts out of its mean
     args = tuple(sample[k].to(torch.int64) for k in input_names)
-    axes = {k: {0: "batch", 1: "sequence"} for k in input_names}
+    axes = {k: {0: "batch"} if k == PROMPT_LENGTH else {0: "batch", 1: "sequence"} for k in input_names}
     axes[OUTPUT_NAME] = {0: "batch"}
     was_training, was_unpadded = model.training, getattr(model, "unpadded", False)
     model.eval()
@@ -146,6 +154,8 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
         raise ValueError(f"pooler {model.pooler_type!r} (a prompt template) cannot be exported to ONNX: the template is "
                          "inserted into the token ids by Python code the graph would not hold; encode with simcse.SimCSE")
     input_names = [k for k in model.tokenizer.model_input_names if k in ("input_ids", "attention_mask", "token_type_ids")]
+    if not getattr(model, "include_prompt", True):  # the prompt's token count is an input: the graph leaves them out of its mean
+        input_names.append(PROMPT_LENGTH)
     out = Path(output_dir)
     holds_model = (out / "config.json").is_file()  # e.g. the model's own folder: never changed (only onnx/ added)
     if holds_model and source_folder(model) != out.resolve():
@@ -166,7 +176,9 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
                     "hidden_size": model.hidden_size, "max_input_tokens": model.max_input_tokens,
                     "input_names": input_names, "output_name": OUTPUT_NAME, "files": files,
                     "ort_optimized": bool(optimized), "opset": opset,
-                    "model_fingerprint": model_fingerprint(model)}  # fp32 = torch to 1e-6: the same vectors
+                    "model_fingerprint": model_fingerprint(model),  # fp32 = torch to 1e-6: the same vectors
+                    "append_eos": bool(getattr(model, "append_eos", False)),
+                    "include_prompt": bool(getattr(model, "include_prompt", True))}
             if getattr(model, TRAINED_DIMS_KEY, None):  # the sizes it was trained at (SimCSE(..., truncate_dim=))
                 meta[TRAINED_DIMS_KEY] = [int(d) for d in getattr(model, TRAINED_DIMS_KEY)]
             (tmp / ONNX_META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
@@ -231,6 +243,11 @@ class ONNXEncoder:
         saved = folder / "simcse_config.json"
         cfg = json.loads(saved.read_text()) if saved.is_file() else {}
         self.prompts, self.default_prompt_name = dict(cfg.get("prompts") or {}), cfg.get("default_prompt_name")
+        self.include_prompt = PROMPT_LENGTH not in self.input_names
+        if self.meta.get("append_eos"):  # the exported model's rows end with the EOS (the torch model's rule)
+            from simcse.models.decoder import append_eos
+
+            append_eos(self.tokenizer, repr(str(path)))
 
     def fingerprint(self) -> str:
         """The identity of what this encoder computes (:func:`simcse.models.folder.model_fingerprint`): the fp32
@@ -293,9 +310,11 @@ class ONNXEncoder:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="encoding", unit="batch")
+        prompt_tokens = 0 if self.include_prompt else SimCSEModel.prompt_length(self, prefix, max_length)
         for start in starts:
             idx = order[start : start + batch_size]
             batch = SimCSEModel._padded_batch(self, flat, lengths, offsets, idx)
+            batch[PROMPT_LENGTH] = np.full(len(idx), prompt_tokens, dtype=np.int64)
             out[idx] = self.session.run(None, {k: batch[k] for k in self.input_names})[0]
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)

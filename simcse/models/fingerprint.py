@@ -74,7 +74,9 @@ def model_fingerprint(model, legacy: bool = False) -> str:
     prompt = getattr(model, "prompt", None)  # a PromptBERT template is part of what the model computes
     h.update(json.dumps({"pooler_type": getattr(model, "pooler_type", None),
                          "mlp_only_train": bool(getattr(model, "mlp_only_train", False)),
-                         **({"prompt": prompt.to_dict()} if prompt is not None else {})}, sort_keys=True).encode())
+                         **({"prompt": prompt.to_dict()} if prompt is not None else {}),
+                         **({} if getattr(model, "include_prompt", True) else {"include_prompt": False})},
+                        sort_keys=True).encode())
     state = model.state_dict()
     unused = ("mlm_head.",) + (("mlp.",) if getattr(model, "mlp_only_train", False) else ())  # not in encode()
     for name in sorted(k for k in state if not k.startswith(unused)):

@@ -26,6 +26,7 @@ from torch import nn
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
 from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
+from simcse.models.prompt_pooling import check_include_prompt, recorded_include_prompt
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.st_files import write_sentence_transformers_files
@@ -269,6 +270,9 @@ class SavedFolder:
         encoder_config = getattr(self.encoder, "config", None)
         if encoder_config is not None and is_decoder_config(encoder_config):  # decoder LLMs: the attention used
             cfg["bidirectional"] = is_bidirectional(encoder_config)
+            cfg["append_eos"] = bool(getattr(self, "append_eos", False))  # the saved tokenizer appends it itself
+        if not getattr(self, "include_prompt", True):
+            cfg["include_prompt"] = False
         from simcse.models.lora import is_lora
 
         if is_lora(self.encoder) and not getattr(self, "_merging_lora", False):
@@ -375,6 +379,8 @@ class SavedFolder:
         new_mlp_init: str = "encoder_pooler",
         trust_remote_code: bool = False,
         prompt: dict | None = None,
+        include_prompt: bool | None = None,
+        append_eos: bool | str | None = None,
         **hf_kwargs,
     ) -> "SavedFolder":
         """Load a folder saved by :meth:`save_pretrained`, a plain HF encoder folder, a folder written by the
@@ -396,13 +402,23 @@ class SavedFolder:
             trust_remote_code: passed to transformers; off by default.
             prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig`
                 dict); default: the one the folder records.
+            include_prompt: False leaves instruction prompts out of a mean pooler's average
+                (:mod:`simcse.models.prompt_pooling`); default: what ``simcse_config.json`` records, else for a mean
+                pooler what a sentence-transformers folder's ``1_Pooling/config.json`` does, else True.
+            append_eos: end every tokenised text with the EOS token (:func:`simcse.models.decoder.append_eos`):
+                True/False, or ``"auto"``/None: what the folder records for its own pooler, else on for a decoder
+                pooled with ``last_token`` (:func:`simcse.models.decoder.resolve_append_eos`). A tokenizer that
+                already ends with EOS keeps it.
             hf_kwargs: more ``AutoModel.from_pretrained`` options (``dtype``, ``attn_implementation``...).
 
         Raises:
             FileNotFoundError: a local path that is missing or holds no weights.
-            ValueError: an unknown pooler name or ``new_mlp_init``; a reference trainer folder without a pooler.
+            ValueError: an unknown pooler name or ``new_mlp_init``; a reference trainer folder without a pooler;
+                ``include_prompt`` False with a pooler that is not a mean; an ``append_eos`` the tokenizer cannot take.
         """
         from transformers import AutoTokenizer
+
+        from simcse.models.decoder import apply_append_eos
 
         path = str(model_name_or_path)
         if new_mlp_init not in ("encoder_pooler", "random"):
@@ -414,6 +430,12 @@ class SavedFolder:
         if pooler_type is None:
             pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
+        if include_prompt is None:
+            include_prompt = recorded_include_prompt(path if is_local else None, cfg, pooler_type)
+        check_include_prompt(include_prompt, pooler_type)
+        own = cfg is not None and "append_eos" in cfg and cfg["pooler_type"] == pooler_type
+        if append_eos in (None, "auto") and own:
+            append_eos = bool(cfg["append_eos"])  # the folder's own setting (auto decides for another pooler)
         if mlp_only_train is None:
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
         if is_local:
@@ -425,7 +447,8 @@ class SavedFolder:
         if prompt is None and cfg is not None and pooler_type in PROMPT_POOLERS:
             prompt = cfg.get("prompt")
         model = cls(encoder, pooler_type=pooler_type, mlp_only_train=mlp_only_train, tokenizer=tokenizer, hf_pooler=hf_pooler,
-                    prompt=prompt)
+                    prompt=prompt, include_prompt=include_prompt)
+        apply_append_eos(model, append_eos, repr(path))
         if cfg is not None and cfg.get(TRAINED_DIMS_KEY):
             setattr(model, TRAINED_DIMS_KEY, [int(d) for d in cfg[TRAINED_DIMS_KEY]])
         if model.mlp is not None:

@@ -53,6 +53,13 @@ class Encoding:
             raise ValueError(f"unknown prompt_name {name!r}; this model has {sorted(self.prompts) or 'no prompts'}")
         return self.prompts[name]
 
+    def prompt_length(self, prefix: str, max_length: int) -> int:
+        """Tokens of ``prefix`` at the start of each row (:func:`simcse.models.prompt_pooling.prompt_token_count`
+        with this model's tokenizer; 0 for none)."""
+        from simcse.models.prompt_pooling import prompt_token_count
+
+        return prompt_token_count(self.tokenizer, prefix, max_length)
+
     # ------------------------------------------------------------------------------------------ encode
     @torch.inference_mode()
     def encode(
@@ -75,7 +82,9 @@ class Encoding:
         encoder's position table); when any sentence is cut, one log warning (logger ``simcse.models.inference``) gives how many. ``dtype``
         (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed. ``prompt`` (a text) or
         ``prompt_name`` (one of :attr:`prompts`) is prefixed to every sentence; without either, the model's
-        default prompt (:attr:`default_prompt_name`, e.g. the query instruction it was trained with) is.
+        default prompt (:attr:`default_prompt_name`, e.g. the query instruction it was trained with) is; a model
+        with ``include_prompt`` False leaves the prompt's tokens out of its mean
+        (:mod:`simcse.models.prompt_pooling`).
 
         Raises:
             TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
@@ -92,6 +101,7 @@ class Encoding:
         if device is not None:
             self.to(device)
         flat, lengths, offsets = self._tokenize_flat(sentences, max_length)
+        extra = {} if getattr(self, "include_prompt", True) else {"prompt_length": self.prompt_length(prefix, max_length)}
 
         # Batches over the token-length order (longest first, so an out-of-memory shows up at once).
         order = np.argsort(-lengths, kind="stable")
@@ -109,7 +119,7 @@ class Encoding:
                 idx = order[start : start + batch_size]
                 batch = {k: torch.from_numpy(v).to(dev) for k, v in self._padded_batch(flat, lengths, offsets, idx).items()}
                 with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
-                    emb = self(**batch).float()  # (B, H)
+                    emb = self(**batch, **extra).float()  # (B, H)
                 if normalize:
                     emb = torch.nn.functional.normalize(emb, dim=-1)
                 out[idx] = emb.cpu().numpy()

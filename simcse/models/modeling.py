@@ -28,6 +28,7 @@ from simcse.models.checkpointing import ActivationCheckpointing
 from simcse.models.inference import Encoding
 from simcse.models.pooling import PROMPT_POOLERS, MLPHead, get_pooler
 from simcse.models.prompt import PromptConfig, Prompting, prompt_forward
+from simcse.models.prompt_pooling import check_include_prompt, exclude_prompt
 from simcse.models.unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
 
 logger = logging.getLogger(__name__)
@@ -52,18 +53,24 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
             absolute positions with the batch's longest sentence).
         prompt: the prompt template(s) of a ``prompt_mask`` pooler (:class:`simcse.models.prompt.PromptConfig` or
             its dict); may be set later with :meth:`set_prompt` (a ``prompt_mask`` model without one cannot encode).
+        include_prompt: False leaves an instruction prompt's tokens out of a mean pooler's average
+            (sentence-transformers' ``Pooling(include_prompt=False)``, :mod:`simcse.models.prompt_pooling`);
+            ``ValueError`` with a pooler that is not a mean.
 
     ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
     """
 
     def __init__(self, encoder: nn.Module, pooler_type: str = "cls", mlp_only_train: bool = False, tokenizer=None,
-                 hf_pooler: nn.Module | None = None, prompt: PromptConfig | dict | None = None):
+                 hf_pooler: nn.Module | None = None, prompt: PromptConfig | dict | None = None,
+                 include_prompt: bool = True):
         super().__init__()
         self.prompt: PromptConfig | None = None
         self._bound = None
         # The encoder's own pooler, detached (see _load_encoder); kept in a list so it is not a submodule.
         self._hf_pooler = [hf_pooler] if hf_pooler is not None else []
         self.pooler = get_pooler(pooler_type)
+        self.include_prompt = check_include_prompt(include_prompt, pooler_type)
+        self.append_eos = False  # rows end with the EOS token (simcse.models.decoder.apply_append_eos)
         self.encoder = encoder
         if tokenizer is not None and getattr(tokenizer, "padding_side", "right") != "right":
             # Right padding everywhere (encode, saved folders, sentence-transformers loading them): the cls
@@ -158,9 +165,13 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         return next(self.parameters()).device
 
     # ----------------------------------------------------------------------------------------- forward
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_length=None,
+                **encoder_kwargs) -> torch.Tensor:
         """input_ids, attention_mask: (N, L) int64 -> embeddings (N, H).
 
+        ``prompt_length`` (an int, or (N,) / (N, 1) int64: tokens of each row's instruction prompt, counted by
+        :func:`simcse.models.prompt_pooling.prompt_token_count`) leaves those tokens out of the pooled mean when
+        :attr:`include_prompt` is False (they are encoded and attended to all the same); otherwise it is ignored.
         Extra keyword tensors the tokenizer produced (e.g. ``token_type_ids`` (N, L)) go to the encoder.
         With :meth:`set_unpadded` on, the encoder runs on the real tokens only (same result, less work).
         A ``prompt_mask`` model wraps the rows in its template (:func:`simcse.models.prompt.prompt_forward`) and
@@ -181,13 +192,20 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
             )
             last, hidden = out.last_hidden_state, out.hidden_states
         if self.pooler.name not in PROMPT_POOLERS:
-            pooled = self.pooler.fn(last, attention_mask, hidden)  # (N, H)
+            pooled = self.pooler.fn(last, self.pooling_mask(attention_mask, prompt_length), hidden)  # (N, H)
         if self.mlp is not None and (self.training or not self.mlp_only_train):
             pooled = self.mlp(pooled)
         return pooled
 
+    def pooling_mask(self, attention_mask: torch.Tensor, prompt_length=None) -> torch.Tensor:
+        """The (N, L) mask the pooler averages over: ``attention_mask``, less each row's first ``prompt_length``
+        real tokens when :attr:`include_prompt` is False (:func:`simcse.models.prompt_pooling.exclude_prompt`)."""
+        if self.include_prompt or prompt_length is None:
+            return attention_mask
+        return exclude_prompt(attention_mask, prompt_length)
+
     def layer_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int],
-                         **encoder_kwargs) -> torch.Tensor:
+                         prompt_length=None, **encoder_kwargs) -> torch.Tensor:
         """Sentence embeddings read at intermediate layers: (N, L) ids/mask -> (N, len(layers), H).
 
         ``layers`` index the encoder's ``hidden_states`` (0 the embedding output, ``n_layers`` the last layer).
@@ -205,8 +223,9 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         if bad:
             raise ValueError(f"layers {bad} outside the encoder's hidden states 0..{len(hidden) - 1}")
         pooled = []
+        pool_mask = self.pooling_mask(attention_mask, prompt_length)
         for i in layers:
-            p = self.pooler.fn(hidden[i], attention_mask, hidden)
+            p = self.pooler.fn(hidden[i], pool_mask, hidden)
             if self.mlp is not None and (self.training or not self.mlp_only_train):
                 p = self.mlp(p)
             pooled.append(p)

@@ -155,6 +155,24 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     if cfg.is_file():
         name = json.loads(cfg.read_text()).get("pooler_type")
         return (name, str(cfg)) if name else None
+    found = st_pooling_config(root)
+    if found is None:
+        return None
+    pcfg, pcfg_file = found
+    modes = {k for k, v in pcfg.items() if k.startswith("pooling_mode_") and v is True}
+    name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
+            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler",
+            frozenset({"pooling_mode_lasttoken"}): "last_token"}.get(frozenset(modes))
+    return (name, str(pcfg_file)) if name else None
+
+
+def st_pooling_config(folder) -> tuple[dict, str] | None:
+    """``(1_Pooling/config.json as a dict, its path)`` of a local sentence-transformers folder whose pipeline is a
+    Transformer, a Pooling and optionally a Normalize module (``modules.json``), else None."""
+    import json
+    from pathlib import Path
+
+    root = Path(folder)
     modules_file = root / "modules.json"
     try:
         modules = json.loads(modules_file.read_text()) if modules_file.is_file() else None
@@ -171,11 +189,7 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
         pcfg = json.loads(pcfg_file.read_text())
     except (ValueError, OSError):
         return None
-    modes = {k for k, v in pcfg.items() if k.startswith("pooling_mode_") and v is True}
-    name = {frozenset({"pooling_mode_mean_tokens"}): "avg",
-            frozenset({"pooling_mode_cls_token"}): "cls_before_pooler",
-            frozenset({"pooling_mode_lasttoken"}): "last_token"}.get(frozenset(modes))
-    return (name, str(pcfg_file)) if name else None
+    return (pcfg, str(pcfg_file)) if isinstance(pcfg, dict) else None
 
 
 def pooler_to_use(folder, requested: str | None, option: str = "pooler",

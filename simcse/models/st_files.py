@@ -30,7 +30,8 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
     inference (``mlp_only_train=False``) ``2`` Dense(H, H, Tanh) holding the MLP's weights. No Normalize module:
     like :meth:`SimCSEModel.encode` without ``normalize``, embeddings are not unit length.
 
-    ``avg_top2`` / ``avg_first_last`` have no Pooling mode; their Pooling config names the pooler as its mode,
+    The Pooling config records ``include_prompt`` (False: sentence-transformers leaves the prompt's tokens out
+    of the mean, as :meth:`SimCSEModel.encode` does). ``avg_top2`` / ``avg_first_last`` have no Pooling mode; their Pooling config names the pooler as its mode,
     so ``SentenceTransformer(folder)`` stops with ``Invalid pooling mode: 'simcse pooler avg_top2 ...'``
     rather than silently pooling differently (without ``modules.json`` it would fall back to mean pooling).
     Returns False for them.
@@ -62,6 +63,7 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
         "pooling_mode_lasttoken": mode == "lasttoken",
+        "include_prompt": bool(getattr(model, "include_prompt", True)),  # False: the prompt's tokens not averaged
     }
     (pooling_dir / "config.json").write_text(json.dumps(pooling_cfg, indent=2) + "\n")
     modules = [

@@ -79,6 +79,7 @@ def tiny_encoder(folder: str | Path, *, arch: str = "bert", layers: int = 2, hid
 
 DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2")
 DECODER_SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>", "<mask>")
+FAMILY_ADDS_BOS = {"llama": True, "mistral": True, "gemma": True, "qwen2": False, "qwen3": False, "gpt2": False}
 
 
 def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 0.1, seed: int = 0,
@@ -87,14 +88,16 @@ def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 
     4 heads, 2 key-value heads) and a word-level tokenizer into ``folder`` (created); return ``folder``.
 
     The tokenizer (a ``PreTrainedTokenizerFast`` over :data:`DECODER_SPECIAL_TOKENS` and ``words``, lower-cased,
-    split at whitespace and punctuation) has pad, bos, eos and mask tokens.
+    split at whitespace and punctuation) has pad, bos, eos and mask tokens, and adds the special tokens the family's
+    own tokenizer adds (:data:`FAMILY_ADDS_BOS`): a BOS for Llama, Mistral and Gemma (a ``TemplateProcessing``
+    post-processor), none for Qwen2/3 and GPT-2 (a ``ByteLevel`` one, as theirs); none adds an EOS.
 
     Raises:
         ValueError: an unknown ``family`` (lists :data:`DECODER_FAMILIES`).
     """
     import torch
     import transformers as tf
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     if family not in DECODER_FAMILIES:
         raise ValueError(f"family: expected one of {list(DECODER_FAMILIES)}, got {family!r}")
@@ -104,6 +107,12 @@ def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.normalizer = normalizers.Lowercase()
     core.pre_tokenizer = pre_tokenizers.Whitespace()
+    if FAMILY_ADDS_BOS[family]:
+        bos = DECODER_SPECIAL_TOKENS[2]
+        core.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1",
+                                                            special_tokens=[(bos, vocab[bos])])
+    else:
+        core.post_processor = processors.ByteLevel(trim_offsets=False)
     tok = tf.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
                                      eos_token="</s>", mask_token="<mask>", model_max_length=64)
     tok.save_pretrained(folder)

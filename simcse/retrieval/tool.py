@@ -75,8 +75,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 # Keyword arguments that SimCSE passes on to SimCSEModel.from_pretrained / transformers' from_pretrained.
-MODEL_KWARGS = ("mlp_only_train", "new_mlp_init", "trust_remote_code", "torch_dtype", "dtype",
-                "attn_implementation", "revision", "cache_dir", "local_files_only", "token", "subfolder",
+MODEL_KWARGS = ("mlp_only_train", "new_mlp_init", "include_prompt", "append_eos", "trust_remote_code", "torch_dtype",
+                "dtype", "attn_implementation", "revision", "cache_dir", "local_files_only", "token", "subfolder",
                 "use_safetensors", "low_cpu_mem_usage", "force_download")
 DEFAULT_MAX_LENGTH = 128  # the reference tool's truncation
 INIT_ARGS = ("model_name_or_path", "device", "num_cells", "num_cells_in_search", "pooler", "max_length", "backend",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from simcse.files.checks import check_int
 from simcse.training.augment import AUGMENTATIONS, get_augmentation
 from simcse.training.gradcache import check_chunk_size
+from simcse.models.decoder import APPEND_EOS_CHOICES
 from simcse.models.pooling import POOLERS, get_pooler
 from simcse.training.losses import check_hard_negative_alpha, check_temperature
 
@@ -113,6 +114,11 @@ class ModelArguments:
         metadata={"help": "Save the final model with the adapters merged into full weights (a plain model folder, "
                           "loadable by sentence-transformers); default: the adapter and a reference to the base model. "
                           "Checkpoints always hold the adapter only."})
+    append_eos: str = field(
+        default="auto",
+        metadata={"help": "End every tokenised text with the tokenizer's EOS token (added by the saved tokenizer "
+                          "itself, so every loader of the folder does; truncation keeps it): true, false, or auto "
+                          "= on for decoder LLMs pooled with last_token."})
     # ---- ablations (paper Section 3, Tables 1-3; docs/ablations.md)
     dropout: float | None = field(
         default=None,
@@ -211,6 +217,10 @@ class ModelArguments:
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}")
         self.gradient_cache_chunk_size = check_chunk_size(self.gradient_cache_chunk_size, "--gradient_cache_chunk_size")
+        if isinstance(self.append_eos, bool):  # from a JSON config file
+            self.append_eos = str(self.append_eos).lower()
+        if self.append_eos not in APPEND_EOS_CHOICES:
+            raise ValueError(f"--append_eos must be one of {list(APPEND_EOS_CHOICES)}, got {self.append_eos!r}")
 
 
 @dataclass
@@ -262,6 +272,13 @@ class DataTrainingArguments:
                           "'{\"sent0\": \"Given a sentence, retrieve a paraphrase: \"}' (an instruction for decoder "
                           "embedders). Applied before tokenisation; saved in the model folder, where the prompt of "
                           "sent0 (the queries) becomes the default prompt of encode, the index and the server."},
+    )
+    include_prompt: bool = field(
+        default=True,
+        metadata={"help": "false: the --prompts' tokens are encoded but left out of the mean pooler's average "
+                          "(sentence-transformers' Pooling include_prompt=False; the prompt's length is that of the "
+                          "prompt tokenised alone, a BOS counted). Saved with the model, so encode and "
+                          "sentence-transformers pool the same way. Needs --prompts and an avg pooler."},
     )
     eval_max_length: int | None = field(
         default=None,
@@ -348,6 +365,9 @@ class DataTrainingArguments:
         """--prompts: a JSON object (string, or an object from a config file) of view column -> prefix text."""
         import json
 
+        if self.include_prompt is False and not self.prompts:
+            raise ValueError("--include_prompt false leaves the --prompts' tokens out of the mean, but no --prompts "
+                             "is given (without a prompt nothing is left out): give --prompts or drop the option")
         if self.prompts is None:
             return
         value = self.prompts

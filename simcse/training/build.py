@@ -44,6 +44,7 @@ def _load_model(model_args, dropout: float | None):
     """The :class:`~simcse.models.modeling.SimCSEModel` to train (``--dropout`` applied to its config before loading;
     the reference's --config_name, --tokenizer_name and hub options honoured). ``model_args.model_name_or_path``
     is a loadable name (:func:`derived_arguments`)."""
+    from simcse.models.decoder import apply_append_eos
     from simcse.models.dropout import encoder_config_with_dropout
     from simcse.models.modeling import SimCSEModel
 
@@ -71,9 +72,12 @@ def _load_model(model_args, dropout: float | None):
         mlp_only_train=model_args.mlp_only_train,
         new_mlp_init="random",
         trust_remote_code=model_args.trust_remote_code,
+        append_eos=model_args.append_eos,
         **hf_kwargs,
     )
     _replace_tokenizer(model, model_args, hub)
+    if apply_append_eos(model, model_args.append_eos, repr(model_args.model_name_or_path)):  # also a replaced one
+        logger.info("every text ends with the EOS token (--append_eos %s)", model_args.append_eos)
     return model
 
 def _load_dataset(data_args, seed: int, label_columns: tuple[str, ...] = ()):
@@ -166,6 +170,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         dropout = 0.0
     needs_sts = data_args.eval_before_training or data_args.test_after_training or training_args.eval_strategy != "no"
     try:
+        _check_include_prompt(model_args, data_args)
         model_args = with_values(model_args, model_name_or_path=resolve_model_name(model_args.model_name_or_path))
         if needs_sts:  # fail now, not after hours of training, when the STS data is missing
             from simcse.evaluation import resolve_senteval_dir
@@ -176,6 +181,9 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         _check_fsdp_device(training_args)
         model = _load_model(model_args, dropout)
         objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
+        if not data_args.include_prompt:
+            _check_include_prompt(model_args, data_args, objective)
+            model.include_prompt = False  # saved with the model (simcse_config.json, 1_Pooling/config.json)
         if data_args.streaming:
             ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
         else:
@@ -234,7 +242,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     if augmentation == "none":
         with training_args.main_process_first(desc="tokenizing"):
             ds = tokenize_dataset(ds, columns, model.tokenizer, data_args.max_seq_length, data_args.preprocessing_num_workers,
-                                  prompts=data_args.prompt_map())
+                                  prompts=data_args.prompt_map(), count_prompts=not data_args.include_prompt)
     else:
         training_args = with_values(training_args, remove_unused_columns=False)  # the collator needs the text column
     logger.info("training on %d examples with %d view(s) each from %s", len(ds), len(columns), source)
@@ -311,6 +319,28 @@ def _check_fsdp_device(training_args) -> None:
     if training_args.fsdp and (training_args.use_cpu or not torch.cuda.is_available()):
         raise ValueError("--fsdp needs CUDA GPUs: on the CPU transformers trains with plain DDP instead (no sharding); "
                          "drop --fsdp to train data-parallel on CPU processes")
+
+
+def _check_include_prompt(model_args, data_args, objective=None) -> None:
+    """``--include_prompt false``: the pooler must be a mean (:func:`simcse.models.prompt_pooling.check_include_prompt`)
+    and, once built, the objective must encode the collated rows as they are (the prompt's token count travels
+    with them as ``prompt_length``): one that edits the token ids first (``prepare_batch``: MNTP, ESimCSE, DiffCSE,
+    InfoCSE, ``--do_mlm``) or the two-encoder model is refused."""
+    from simcse.models.prompt_pooling import check_include_prompt
+    from simcse.training.objectives.base import Objective, ObjectiveWrapper
+
+    if data_args.include_prompt:
+        return
+    check_include_prompt(False, model_args.pooler_type)
+    if model_args.two_encoders:
+        raise ValueError("--include_prompt false is not supported with --two_encoders; drop one of them")
+    obj = objective
+    while isinstance(obj, ObjectiveWrapper) and type(obj).prepare_batch is ObjectiveWrapper.prepare_batch:
+        obj = obj.inner
+    if obj is not None and type(obj).prepare_batch is not Objective.prepare_batch:
+        raise ValueError(f"--include_prompt false is not supported with --loss {objective.name}"
+                         f"{' (--do_mlm)' if model_args.do_mlm else ''}: it edits the token ids before encoding, "
+                         "which may move the prompt's tokens; use --include_prompt true")
 
 
 def _check_streaming(model_args, training_args) -> None:

@@ -360,16 +360,16 @@ def load_next_sentence_dataset(path: str | os.PathLike, objective: str, seed: in
 
 
 def tokenize_dataset(ds, columns: list[str], tokenizer, max_seq_length: int, num_proc: int | None = None,
-                     prompts: dict | None = None):
+                     prompts: dict | None = None, count_prompts: bool = False):
     """Tokenise every view once (``datasets.map``, cached), truncating to ``max_seq_length`` tokens.
 
     Adds ``input_ids`` / ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them) as
-    lists of V token lists, and drops the text columns.
+    lists of V token lists (and ``prompt_length``, see :func:`tokenize_views`), and drops the text columns.
     """
 
     return ds.map(tokenize_views, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing",
                   fn_kwargs={"columns": list(columns), "tokenizer": tokenizer, "max_seq_length": max_seq_length,
-                             "prompts": prompts})
+                             "prompts": prompts, "count_prompts": count_prompts})
 
 
 def column_prompts(value) -> dict:
@@ -381,15 +381,23 @@ def column_prompts(value) -> dict:
     return dict(value) if isinstance(value, dict) else json.loads(value)
 
 
-def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None) -> dict:
+def tokenize_views(batch: dict, columns: list[str], tokenizer, max_seq_length: int, prompts: dict | None = None,
+                   count_prompts: bool = False) -> dict:
     """One batch of rows (``{column: list of str}``) -> ``{input_ids: [[view 0 ids, view 1 ids, ...], ...], ...}``
     (each view cut at ``max_seq_length`` tokens): the map function of :func:`tokenize_dataset`, and of a
-    stream tokenised on the fly."""
+    stream tokenised on the fly. With ``count_prompts`` also ``prompt_length``: per row the V token counts of the
+    views' prompts (:func:`simcse.models.prompt_pooling.prompt_token_count`; 0 without one)."""
+    from simcse.models.prompt_pooling import prompt_token_count
+
     n = len(batch[columns[0]])
     prompts = prompts or {}
     enc = [tokenizer([prompts.get(c, "") + t for t in batch[c]] if prompts.get(c) else batch[c], truncation=True,
                      max_length=max_seq_length) for c in columns]
-    return {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
+    out = {key: [[e[key][i] for e in enc] for i in range(n)] for key in enc[0].keys()}
+    if count_prompts:
+        counts = [prompt_token_count(tokenizer, prompts.get(c, ""), max_seq_length) for c in columns]
+        out["prompt_length"] = [list(counts) for _ in range(n)]
+    return out
 
 
 def mask_tokens(
@@ -432,7 +440,8 @@ class ContrastiveCollator:
     naming the column.
 
     ``pad_to_max_length`` pads to ``max_seq_length`` (reference option) instead of the batch's longest
-    sequence. Keys: ``input_ids``, ``attention_mask`` and ``token_type_ids`` when present (int64).
+    sequence. Keys: ``input_ids``, ``attention_mask`` and ``token_type_ids`` when present (int64), and
+    ``prompt_length`` (B, V) int64 when the examples carry it (:func:`tokenize_views`).
     With ``mlm_probability`` set (and the tokenizer facts below), it also returns ``mlm_input_ids`` and
     ``mlm_labels`` (B, V, L): a masked *copy* of ``input_ids`` for the auxiliary MLM loss (:func:`mask_tokens`),
     drawn from :func:`keyed_generator` (``seed`` and the examples' ``draw_key``) when every example has one, so
@@ -466,6 +475,9 @@ class ContrastiveCollator:
                 for v, ids in enumerate(f[key]):
                     t[i, v, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
             batch[key] = t.repeat_interleave(repeat, dim=1) if repeat > 1 else t  # (B, V', L)
+        if "prompt_length" in features[0]:  # the views' prompt token counts (include_prompt false)
+            counts = torch.tensor([f["prompt_length"] for f in features], dtype=torch.long)  # (B, V)
+            batch["prompt_length"] = counts.repeat_interleave(repeat, dim=1) if repeat > 1 else counts
         for col in self.label_columns:
             batch[col] = torch.tensor([_label_value(f, col) for f in features], dtype=torch.float32)  # (B,)
         if self.mlm_probability:

@@ -273,7 +273,8 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
         stream = split_dataset_by_node(stream, rank=rank, world_size=world)
     stream = stream.map(tokenize_views, batched=True, remove_columns=columns, fn_kwargs={
         "columns": columns, "tokenizer": tokenizer, "max_seq_length": data_args.max_seq_length,
-        "prompts": column_prompts(getattr(data_args, "prompts", None))})
+        "prompts": column_prompts(getattr(data_args, "prompts", None)),
+        "count_prompts": not getattr(data_args, "include_prompt", True)})
     start, epoch, state = 0, 0, None
     if resume_from:
         saved = os.path.join(resume_from, STREAM_STATE_NAME.format(rank=rank))

@@ -89,3 +89,66 @@ def test_cli_export_onnx(tmp_path, tiny_bert_dir, capsys):
     assert cli_main(["export", "--model", str(tmp_path / "m"), "--output", str(tmp_path / "x"),
                      "--quantize", "int8"]) == 2
     assert "--quantize needs --format onnx" in capsys.readouterr().err
+
+
+DECODER_SENTENCES = [*SENTENCES[:6], " ".join(SENTENCES)]  # the last one is cut at the model's 64 positions
+
+
+def _decoder(tmp_path, name, bidirectional, pooler="last_token", **kwargs):
+    """A tiny Llama saved by simcse with its attention switched (or not), a default prompt, and ``kwargs``."""
+    from transformers import AutoConfig
+
+    from decoder_models import make_tiny_decoder
+    from simcse.models.decoder import set_bidirectional
+    from simcse.models.modeling import SimCSEModel
+
+    base = tmp_path / "base"
+    if not base.is_dir():
+        make_tiny_decoder(base, "llama", dropout=0.0)
+    config = set_bidirectional(AutoConfig.from_pretrained(base), bidirectional)
+    model = SimCSEModel.from_pretrained(str(base), pooler_type=pooler, config=config, **kwargs)
+    model.set_prompts({"query": "red blue big "}, "query")
+    model.save_pretrained(tmp_path / name)
+    return tmp_path / name
+
+
+def _torch_and_onnx(folder):
+    both = [SimCSE(str(folder), **kw).encode(DECODER_SENTENCES, return_numpy=True, normalize_to_unit=False)
+            for kw in ({"device": "cpu"}, {"backend": "onnx"})]
+    return both[0], both[1]
+
+
+def test_onnx_decoder_keeps_its_attention_pooler_prompt_and_eos(tmp_path):
+    """A tiny Llama, causal and bidirectional, last-token pooled (EOS appended), with a default prompt: the ONNX
+    export (`simcse export --format onnx` into the model's folder) encodes as SimCSE(folder)."""
+    onnx = {}
+    for bidirectional in (False, True):
+        folder = _decoder(tmp_path, f"bi{bidirectional}", bidirectional)
+        assert cli_main(["export", "--model", str(folder), "--output", str(folder), "--format", "onnx"]) == 0
+        assert json.loads((folder / "onnx" / "simcse_onnx.json").read_text())["append_eos"] is True
+        ours, onnx[bidirectional] = _torch_and_onnx(folder)
+        np.testing.assert_allclose(onnx[bidirectional], ours, atol=1e-4)
+    assert not np.allclose(onnx[True], onnx[False], atol=1e-3)  # the bidirectional graph is not the causal one
+    # a plain decoder folder exported into itself: its tokenizer adds no EOS, the ONNX backend appends it as
+    # SimCSE(folder, pooler="last_token") does
+    from simcse.models.modeling import SimCSEModel
+
+    base = tmp_path / "base"
+    export_onnx(SimCSEModel.from_pretrained(str(base), pooler_type="last_token"), base)
+    plain = [SimCSE(str(base), **kw).encode(DECODER_SENTENCES, return_numpy=True, normalize_to_unit=False)
+             for kw in ({"device": "cpu", "pooler": "last_token"}, {"backend": "onnx"})]
+    np.testing.assert_allclose(plain[1], plain[0], atol=1e-4)
+
+
+def test_onnx_include_prompt_false_takes_the_prompt_length(tmp_path):
+    import onnx
+
+    folder = _decoder(tmp_path, "mean", True, pooler="avg", include_prompt=False)
+    export_onnx(str(folder), folder)
+    graph = onnx.load(str(folder / "onnx" / "simcse.onnx")).graph
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "prompt_length"]
+    ours, got = _torch_and_onnx(folder)
+    np.testing.assert_allclose(got, ours, atol=1e-4)
+    with_prompt = SimCSE(str(folder), device="cpu", include_prompt=True).encode(
+        DECODER_SENTENCES, return_numpy=True, normalize_to_unit=False)
+    assert not np.allclose(got, with_prompt, atol=1e-3)

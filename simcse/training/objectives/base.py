@@ -33,7 +33,8 @@ from torch import nn
 __all__ = ["Objective", "ObjectiveWrapper", "LossContext", "INPUT_KEYS", "total_loss", "encode_without_dropout", "BatchSeeds",
            "view_inputs"]
 
-INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")  # the encoder inputs of a (B, V, L) batch
+# the encoder inputs of a (B, V, L) batch; prompt_length (B, V): the views' prompt token counts (include_prompt false)
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "prompt_length")
 
 
 def view_inputs(batch: Mapping[str, torch.Tensor], view: int) -> dict[str, torch.Tensor]:
