@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--figure", required=True, choices=FIGURES)
     p.add_argument("--out", required=True, help="output .png path")
-    p.add_argument("--models", nargs="+", default=[], help="saved SimCSE model folders (or HF encoder folders)")
+    p.add_argument("--models", nargs="+", default=[],
+                   help="saved SimCSE model folders (or HF encoder folders; all-MiniLM-L6-v2: the embedded CPU model)")
     p.add_argument("--poolers", nargs="+", default=None,
                    help="pooler per model (or one for all); default: the one saved with each model")
     p.add_argument("--labels", nargs="+", default=None, help="legend label per model (or per --log file)")
@@ -80,6 +81,7 @@ def _saved_sts(model_dir: str) -> float | None:
 def _encoders(args, parser):
     """Yield (label, encode) per model."""
     from simcse import SimCSEModel
+    from simcse.training.config import resolve_model_name
 
     if not args.models:
         parser.error(f"--figure {args.figure} needs --models")
@@ -87,7 +89,7 @@ def _encoders(args, parser):
     defaults = [Path(m).name + (f" ({p})" if p else "") for m, p in zip(args.models, poolers)]
     labels = _labels(args, len(args.models), defaults, parser)
     for path, pooler, label in zip(args.models, poolers, labels):
-        model = SimCSEModel.from_pretrained(path, pooler_type=pooler)
+        model = SimCSEModel.from_pretrained(resolve_model_name(path), pooler_type=pooler)  # all-MiniLM-L6-v2: the embedded model
         if args.device:
             model.to(args.device)
 

