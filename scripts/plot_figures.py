@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="align_uniform: STS score per model for the colours (default: each folder's simcse_results.json)")
     p.add_argument("--color_by_stsb", action="store_true",
                    help="align_uniform: colour by the STS-B Spearman x100 of --split, from the same embeddings")
+    p.add_argument("--legend", action="store_true",
+                   help="align_uniform: one marker per model, labels in a legend (for many close points)")
     p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder (STS-B lives under STS/STSBenchmark)")
     p.add_argument("--split", default="dev", choices=("train", "dev", "test", "all"), help="STS-B split")
     p.add_argument("--center", action="store_true", help="spectrum: centre the embedding matrix first")
@@ -138,7 +140,7 @@ def _align_uniform(args, parser, numbers: dict) -> None:
     plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
                              [r["uniform"] for r in rows], args.out,
                              sts=[r["sts"] for r in rows] if have_sts else None, title=args.title,
-                             sts_label=sts_label)
+                             sts_label=sts_label, legend=args.legend)
     numbers["models"] = rows
 
 
