@@ -16,8 +16,8 @@ CONFIG=configs/diffcse_cpu_minilm.json    MAX_STEPS=5 OUTPUT_DIR=result/fig-diff
 CONFIG=configs/infocse_cpu_minilm.json    MAX_STEPS=5 OUTPUT_DIR=result/fig-infocse    bash scripts/run_unsup_example.sh "${NO_EVAL[@]}"
 CONFIG=configs/promptbert_cpu_minilm.json MAX_STEPS=5 OUTPUT_DIR=result/fig-promptbert bash scripts/run_unsup_example.sh "${NO_EVAL[@]}"
 CONFIG=configs/rankcse_cpu_minilm.json    MAX_STEPS=5 OUTPUT_DIR=result/fig-rankcse    bash scripts/run_unsup_example.sh "${NO_EVAL[@]}"
-"$PYTHON" scripts/plot_figures.py --figure align_uniform --color_by_stsb \
+"$PYTHON" scripts/plot_figures.py --figure align_uniform --color_by_stsb --legend \
   --models all-MiniLM-L6-v2 result/fig-simcse result/fig-esimcse result/fig-simcse_pp result/fig-mixcse \
            result/fig-diffcse result/fig-infocse result/fig-promptbert result/fig-rankcse \
-  --labels MiniLM SimCSE ESimCSE SimCSE++ MixCSE DiffCSE InfoCSE PromptBERT RankCSE \
+  --labels all-MiniLM-L6-v2 SimCSE ESimCSE SimCSE++ MixCSE DiffCSE InfoCSE PromptBERT RankCSE \
   --out docs/figures/methods_align_uniform.png --json docs/figures/methods_align_uniform.json
