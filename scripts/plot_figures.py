@@ -3,6 +3,8 @@
     # Figure 3: models in the alignment-uniformity plane, coloured by STS (from --sts_avg, else from each
     # model folder's simcse_results.json)
     python scripts/plot_figures.py --figure align_uniform --models out/a out/b --out fig3.png
+    # many models close together: one marker each, the labels in a legend (all-MiniLM-L6-v2: the embedded model)
+    python scripts/plot_figures.py --figure align_uniform --models all-MiniLM-L6-v2 out/a out/b --legend --out f.png
     # Figure 2: alignment/uniformity during training (the AlignUniformCallback's log)
     python scripts/plot_figures.py --figure training_curve --log out/a/align_uniform.jsonl --out fig2.png
     # Figure F.1: singular spectra of the STS-B sentence embeddings
