@@ -3,6 +3,8 @@
     # Figure 3: models in the alignment-uniformity plane, coloured by STS (from --sts_avg, else from each
     # model folder's simcse_results.json)
     python scripts/plot_figures.py --figure align_uniform --models out/a out/b --out fig3.png
+    # many models close together: one marker each, the labels in a legend (all-MiniLM-L6-v2: the embedded model)
+    python scripts/plot_figures.py --figure align_uniform --models all-MiniLM-L6-v2 out/a out/b --legend --out f.png
     # Figure 2: alignment/uniformity during training (the AlignUniformCallback's log)
     python scripts/plot_figures.py --figure training_curve --log out/a/align_uniform.jsonl --out fig2.png
     # Figure F.1: singular spectra of the STS-B sentence embeddings
@@ -28,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--figure", required=True, choices=FIGURES)
     p.add_argument("--out", required=True, help="output .png path")
-    p.add_argument("--models", nargs="+", default=[], help="saved SimCSE model folders (or HF encoder folders)")
+    p.add_argument("--models", nargs="+", default=[],
+                   help="saved SimCSE model folders (or HF encoder folders; all-MiniLM-L6-v2: the embedded CPU model)")
     p.add_argument("--poolers", nargs="+", default=None,
                    help="pooler per model (or one for all); default: the one saved with each model")
     p.add_argument("--labels", nargs="+", default=None, help="legend label per model (or per --log file)")
@@ -37,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="align_uniform: STS score per model for the colours (default: each folder's simcse_results.json)")
     p.add_argument("--color_by_stsb", action="store_true",
                    help="align_uniform: colour by the STS-B Spearman x100 of --split, from the same embeddings")
+    p.add_argument("--legend", action="store_true",
+                   help="align_uniform: one marker per model, labels in a legend (for many close points)")
     p.add_argument("--data_dir", default=None, help="SentEval data/downstream folder (STS-B lives under STS/STSBenchmark)")
     p.add_argument("--split", default="dev", choices=("train", "dev", "test", "all"), help="STS-B split")
     p.add_argument("--center", action="store_true", help="spectrum: centre the embedding matrix first")
@@ -80,6 +85,7 @@ def _saved_sts(model_dir: str) -> float | None:
 def _encoders(args, parser):
     """Yield (label, encode) per model."""
     from simcse import SimCSEModel
+    from simcse.training.config import resolve_model_name
 
     if not args.models:
         parser.error(f"--figure {args.figure} needs --models")
@@ -87,7 +93,7 @@ def _encoders(args, parser):
     defaults = [Path(m).name + (f" ({p})" if p else "") for m, p in zip(args.models, poolers)]
     labels = _labels(args, len(args.models), defaults, parser)
     for path, pooler, label in zip(args.models, poolers, labels):
-        model = SimCSEModel.from_pretrained(path, pooler_type=pooler)
+        model = SimCSEModel.from_pretrained(resolve_model_name(path), pooler_type=pooler)  # all-MiniLM-L6-v2: the embedded model
         if args.device:
             model.to(args.device)
 
@@ -136,7 +142,7 @@ def _align_uniform(args, parser, numbers: dict) -> None:
     plots.plot_align_uniform([r["model"] for r in rows], [r["align"] for r in rows],
                              [r["uniform"] for r in rows], args.out,
                              sts=[r["sts"] for r in rows] if have_sts else None, title=args.title,
-                             sts_label=sts_label)
+                             sts_label=sts_label, legend=args.legend)
     numbers["models"] = rows
 
 

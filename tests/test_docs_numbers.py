@@ -107,3 +107,25 @@ def test_other_pages_give_no_numbers_of_their_own_for_the_defaults():
     measured = next(p for p in sup.split("\n\n") if "run_sup_example.sh" in p and "Measured" in p)
     assert not re.search(r"\b\d\d\.\d\d\b", measured), measured  # a link to the table, not a copy of it
     assert "training.md#results-of-the-cpu-defaults" in measured
+
+
+METHODS_PAGE = REPO / "docs" / "methods.md"
+METHOD_KEYS = {"ESimCSE": "esimcse", "SimCSE++": "simcse_pp", "MixCSE": "mixcse", "DiffCSE": "diffcse",
+               "InfoCSE": "infocse", "PromptBERT": "promptbert", "RankCSE": "rankcse"}
+
+
+def test_methods_cost_column_is_read_off_one_printed_run():
+    """docs/methods.md: the table's "step time / SimCSE" cells (and their peak-memory ratios) are the lines of the
+    one benchmark run printed in its Cost section, every method from that same run."""
+    text = METHODS_PAGE.read_text()
+    cost = text.split("\n### Cost\n", 1)[1].split("\n### ", 1)[0]
+    assert cost.count("$ python -m scripts.benchmarks.methods") == 1, "one run, its command printed"
+    last = re.search(r"^method_step_time_ratio_vs_simcse (.+)$", cost, re.M).group(1)
+    ratios = dict(kv.split("=") for kv in last.split())
+    memory = dict(re.findall(r"^([a-z_]+) +[0-9.]+ ms/step \(x[0-9.]+ vs simcse\), peak RSS \d+ MiB \(x([0-9.]+)\)",
+                             cost, re.M))
+    rows = _table(text, "method")
+    assert sorted(r["method"] for r in rows) == sorted(METHOD_KEYS) and sorted(ratios) == sorted(METHOD_KEYS.values())
+    for row in rows:
+        key = METHOD_KEYS[row["method"]]
+        assert row["step time / SimCSE"].startswith(f"{ratios[key]}x (peak RSS {memory[key]}x)"), row

@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 _DPI = 150
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 
 
 def _figure(width: float, height: float):
@@ -66,6 +67,7 @@ def plot_align_uniform(
     sts: Sequence[float] | None = None,
     title: str | None = None,
     sts_label: str = "STS",
+    legend: bool = False,
 ) -> Path:
     """Scatter of models in the (uniformity, alignment) plane (SimCSE Section 5, Figure 3).
 
@@ -79,6 +81,8 @@ def plot_align_uniform(
         sts: optional M floats (e.g. average Spearman x 100).
         title: optional figure title.
         sts_label: the colour bar's label (say which STS number colours the points).
+        legend: give each model its own marker and its label in a legend below the axes instead of beside the
+            point (for many models close together, whose labels would overlap).
 
     Raises:
         ValueError: no model, mismatched lengths, NaN/inf, or a non-.png ``out``.
@@ -90,17 +94,24 @@ def plot_align_uniform(
     a = _finite_list(align, "align", len(names))
     u = _finite_list(uniform, "uniform", len(names))
     s = None if sts is None else _finite_list(sts, "sts", len(names))
-    fig = _figure(5.5, 4.5)
+    labels = [name if s is None else f"{name} ({s[i]:.1f})" for i, name in enumerate(names)]
+    fig = _figure(5.5, 4.5 + (0.2 * math.ceil(len(names) / 2) if legend else 0.0))
     ax = fig.add_subplot()
-    if s is None:
-        ax.scatter(u, a, s=60, color="tab:blue", edgecolor="black", zorder=3)
+    colour = {"color": "tab:blue"} if s is None else {"c": s, "cmap": "viridis",
+                                                      "vmin": float(s.min()), "vmax": float(s.max())}
+    if legend:
+        for i, label in enumerate(labels):
+            one = colour if s is None else {**colour, "c": s[i:i + 1]}
+            pts = ax.scatter(u[i:i + 1], a[i:i + 1], s=70, marker=_MARKERS[i % len(_MARKERS)], edgecolor="black",
+                             zorder=3, label=label, **one)
+        fig.legend(loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     else:
-        pts = ax.scatter(u, a, c=s, cmap="viridis", s=70, edgecolor="black", zorder=3)
+        pts = ax.scatter(u, a, s=60 if s is None else 70, edgecolor="black", zorder=3, **colour)
+    if s is not None:
         fig.colorbar(pts, ax=ax, label=sts_label)
     ax.margins(x=0.12, y=0.12)
     mid = (u.min() + u.max()) / 2.0
-    for i, name in enumerate(names):
-        label = name if s is None else f"{name} ({s[i]:.1f})"
+    for i, label in enumerate([] if legend else labels):
         right_half = len(names) > 1 and u[i] > mid  # label towards the centre so it stays inside the axes
         ax.annotate(label, (u[i], a[i]), textcoords="offset points", xytext=(-6 if right_half else 6, 6),
                     ha="right" if right_half else "left", fontsize=8, annotation_clip=False)

