@@ -82,6 +82,26 @@ DECODER_SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>", "<mask>")
 FAMILY_ADDS_BOS = {"llama": True, "mistral": True, "gemma": True, "qwen2": False, "qwen3": False, "gpt2": False}
 
 
+def _qwen2_tokenizer(words, specials: dict):
+    """A ``Qwen2Tokenizer`` (byte-level BPE with Qwen2's pre-tokenizer) whose merges make each of ``words``, with
+    and without a leading space, one token: transformers 5 loads every ``qwen2`` folder's tokenizer as that class
+    from the vocabulary and merges alone, so a word-level vocabulary would come back split into bytes."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+
+    core = Tokenizer(models.BPE())
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=100_000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=list(DECODER_SPECIAL_TOKENS), show_progress=False)
+    core.train_from_iterator([" ".join(words), *words], trainer)
+    bpe = json.loads(core.to_str())["model"]
+    return Qwen2Tokenizer(vocab=bpe["vocab"], merges=[tuple(m) for m in bpe["merges"]], **specials)
+
+
 def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 0.1, seed: int = 0,
                  words=WORDS) -> Path:
     """Save a random ``family`` causal LM (``*ForCausalLM``: the base model and its LM head; hidden 32, 2 layers,
@@ -90,7 +110,8 @@ def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 
     The tokenizer (a ``PreTrainedTokenizerFast`` over :data:`DECODER_SPECIAL_TOKENS` and ``words``, lower-cased,
     split at whitespace and punctuation) has pad, bos, eos and mask tokens, and adds the special tokens the family's
     own tokenizer adds (:data:`FAMILY_ADDS_BOS`): a BOS for Llama, Mistral and Gemma (a ``TemplateProcessing``
-    post-processor), none for Qwen2/3 and GPT-2 (a ``ByteLevel`` one, as theirs); none adds an EOS.
+    post-processor), none for Qwen2/3 and GPT-2 (a ``ByteLevel`` one, as theirs); none adds an EOS. Qwen2's is a
+    byte-level BPE over the same words instead (:func:`_qwen2_tokenizer`), as transformers loads it.
 
     Raises:
         ValueError: an unknown ``family`` (lists :data:`DECODER_FAMILIES`).
@@ -113,8 +134,12 @@ def tiny_decoder(folder: str | Path, family: str = "llama", *, dropout: float = 
                                                             special_tokens=[(bos, vocab[bos])])
     else:
         core.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok = tf.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                                     eos_token="</s>", mask_token="<mask>", model_max_length=64)
+    specials = dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>", mask_token="<mask>",
+                    model_max_length=64)
+    if family == "qwen2":  # transformers rebuilds any qwen2 tokenizer as Qwen2Tokenizer from its vocab and merges
+        tok = _qwen2_tokenizer(words, specials)
+    else:
+        tok = tf.PreTrainedTokenizerFast(tokenizer_object=core, **specials)
     tok.save_pretrained(folder)
     ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                eos_token_id=tok.eos_token_id)
