@@ -26,6 +26,11 @@ def main(argv=None) -> None:
     parser.add_argument("--family", choices=DECODER_FAMILIES, default="llama", help="the decoder layout")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     args = parser.parse_args(argv)
+    from pathlib import Path
+
+    if (Path(args.folder) / "simcse_config.json").exists():  # a trained model: never mix its files with new ones
+        parser.exit(2, f"error: {args.folder} holds a trained simcse model (simcse_config.json); choose another "
+                       "folder for the tiny decoder\n")
     folder = tiny_decoder(args.folder, args.family, seed=args.seed, words=DEMO_WORDS)
     print(f"[simcse] tiny random {args.family} decoder: {folder}")
 

@@ -161,3 +161,38 @@ def apply_append_eos(model, setting, name: str = "the model") -> bool:
         append_eos(tok, name)
     model.append_eos = tok is not None and ends_with_eos(tok)
     return model.append_eos
+
+
+FIRST_TOKEN_POOLERS = ("cls", "cls_before_pooler")
+
+
+def check_decoder_pooler(config, pooler_type: str, name: str = "the model") -> None:
+    """Refuse a pooler that reads the first token of a *causal* decoder: with causal attention that token's state
+    is computed from itself alone, so every sentence starting with the same token (the BOS) gets the same vector.
+
+    Raises:
+        ValueError: a causal decoder ``config`` with a pooler in :data:`FIRST_TOKEN_POOLERS` (one line naming the
+            pooler, ``name`` and what to use instead).
+    """
+    if is_decoder_config(config) and not is_bidirectional(config) and pooler_type in FIRST_TOKEN_POOLERS:
+        raise ValueError(f"pooler_type {pooler_type!r} reads the first token, which the causal decoder {name} "
+                         "computes from that token alone (every sentence would get the same vector); use "
+                         "'last_token' or 'avg', or train with --bidirectional true")
+
+
+def default_decoder_pooler(config) -> str | None:
+    """The pooler a decoder folder that records none is read with: ``last_token`` (sentence-transformers'
+    ``lasttoken``, as E5-mistral and GTE-Qwen); None for an encoder."""
+    return "last_token" if is_decoder_config(config) else None
+
+
+def read_model_config(path: str, trust_remote_code: bool, hf_kwargs: dict):
+    """The model's transformers config (cheap: ``config.json`` alone), read before any weight is loaded; None
+    when it cannot be read here (the weight loading then reports the problem)."""
+    from transformers import AutoConfig
+
+    hub = {k: hf_kwargs[k] for k in ("cache_dir", "revision", "token", "local_files_only") if k in hf_kwargs}
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **hub)
+    except (OSError, ValueError):
+        return None

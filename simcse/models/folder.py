@@ -25,6 +25,7 @@ from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import write_model_card
+from simcse.models.decoder import check_decoder_pooler, default_decoder_pooler, read_model_config
 from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.prompt_pooling import check_include_prompt, recorded_include_prompt
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
@@ -427,9 +428,11 @@ class SavedFolder:
         hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
         cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
         ref_mlp = read_reference_mlp(path) if is_local and cfg is None else None
+        config = hf_kwargs.get("config") or read_model_config(path, trust_remote_code, hf_kwargs)
         if pooler_type is None:
-            pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local)
+            pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local, config)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
+        check_decoder_pooler(config, pooler_type, repr(path))
         if include_prompt is None:
             include_prompt = recorded_include_prompt(path if is_local else None, cfg, pooler_type)
         check_include_prompt(include_prompt, pooler_type)
@@ -469,10 +472,10 @@ class SavedFolder:
         return model
 
     @staticmethod
-    def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool) -> str:
+    def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool, config=None) -> str:
         """The pooler when none is given: the saved one; the one a sentence-transformers folder records; none for
         a reference trainer folder (ValueError); for the reference's 8 published ids their documented one (one log
-        line); else ``cls`` with a warning."""
+        line); ``last_token`` for a decoder LLM; else ``cls`` with a warning."""
         if cfg is not None:
             return cfg["pooler_type"]
         recorded = recorded_pooler(path) if is_local else None
@@ -484,10 +487,12 @@ class SavedFolder:
         documented = published_pooler(path)
         if documented is not None:
             logger.warning("%s is one of the reference's published models: using its documented pooler %r "
-                           "(pass pooler_type to choose)", path, documented)
+                           "(pass pooler_type, or SimCSE(..., pooler=...), to choose)", path, documented)
             return documented
-        logger.warning("%s has no %s; using pooler_type='cls' (pass pooler_type to choose)", path, SIMCSE_CONFIG_NAME)
-        return "cls"
+        chosen = default_decoder_pooler(config) or "cls"
+        logger.warning("%s has no %s; using pooler_type=%r%s (pass pooler_type, or SimCSE(..., pooler=...), to "
+                       "choose)", path, SIMCSE_CONFIG_NAME, chosen, " (a decoder LLM)" if chosen != "cls" else "")
+        return chosen
 
     def load_weights(self, path: str | os.PathLike) -> None:
         """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place; with an

@@ -195,6 +195,10 @@ class SimCSE(_Exports, IndexLifecycle):
 
         if isinstance(path, SimCSEModel):
             raise ValueError("backend='onnx' loads an exported folder; got a SimCSEModel")
+        fixed = sorted(set(onnx_kwargs) - {"file_name", "num_threads"})
+        if fixed:
+            raise TypeError(f"backend='onnx' takes file_name= and num_threads=; {fixed} are fixed in the exported graph "
+                            "(export again with them set, or use backend='torch')")
         self.model = ONNXEncoder(path, **onnx_kwargs)
         check_pooler_agrees(pooler, self.model.pooler_type, "the exported ONNX graph", where=str(path),
                             fix="drop pooler= (the graph holds its pooler), or export again with --pooler")

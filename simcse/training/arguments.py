@@ -210,6 +210,9 @@ class ModelArguments:
             raise ValueError(f"--lora_r must be a positive integer, got {self.lora_r}")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lora_target_modules is not None and not str(self.lora_target_modules).replace(",", " ").split():
+            raise ValueError(f"--lora_target_modules {self.lora_target_modules!r} names no module: give the linear "
+                             "layers to adapt (e.g. q_proj,v_proj), or leave the option out for the default list")
         if self.lora_r is None and (self.merge_lora or self.lora_target_modules or self.lora_alpha is not None):
             raise ValueError("--merge_lora, --lora_alpha and --lora_target_modules apply to LoRA training: give --lora_r")
         if not self.mlm_weight >= 0:

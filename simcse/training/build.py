@@ -226,8 +226,12 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     if prompts:
         if augmentation != "none":
             raise SetupError("--prompts with --augmentation: the augmenting collator tokenises the raw text; give one")
+        unused = [c for c in prompts if c not in columns]
+        if unused:
+            raise SetupError(f"--prompts names column(s) {unused} that the training rows do not have (they have "
+                             f"{columns}); give prompts for those columns only")
         model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
-        logger.info("prompts %s (the sent0 prompt is the saved model's default prompt)", prompts)
+        logger.info("prompts %s%s", prompts, " (the sent0 prompt is the saved model's default prompt)" if "sent0" in prompts else "")
     try:
         objective.check_columns(columns + [c for c in objective.label_columns if c in ds.column_names], source)
         objective.check_batch(training_args.per_device_train_batch_size, training_args.world_size, len(columns))

@@ -152,3 +152,11 @@ def test_onnx_include_prompt_false_takes_the_prompt_length(tmp_path):
     with_prompt = SimCSE(str(folder), device="cpu", include_prompt=True).encode(
         DECODER_SENTENCES, return_numpy=True, normalize_to_unit=False)
     assert not np.allclose(got, with_prompt, atol=1e-3)
+
+
+@pytest.mark.parametrize("option", [{"include_prompt": True}, {"append_eos": False}, {"pooler_type": "avg"}])
+def test_onnx_backend_names_the_options_the_graph_fixes(tmp_path, option):
+    """Loading options of the torch backend are fixed in an exported graph: one clear TypeError, not the encoder
+    class's own."""
+    with pytest.raises(TypeError, match=r"backend='onnx' takes file_name= and num_threads=; \['" + next(iter(option))):
+        SimCSE(str(tmp_path), backend="onnx", **option)

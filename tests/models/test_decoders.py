@@ -44,6 +44,42 @@ def test_bidirectional_switch_makes_tokens_see_later_tokens(decoders, family):
     assert torch.equal(_hidden(folder, False, ids), _hidden(folder, None, ids))
 
 
+@pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler"])
+def test_a_first_token_pooler_is_refused_on_a_causal_decoder_only(decoders, pooler, tmp_path, train_txt):
+    """Causal attention computes the first token from itself alone: every sentence would get one vector. Refused
+    before any weight is loaded (loading and training); allowed once the attention is bidirectional."""
+    from transformers import AutoConfig
+
+    from conftest import training_error
+    from simcse.models.decoder import set_bidirectional
+    from simcse.models.modeling import SimCSEModel
+
+    folder = decoders["llama"]
+    with pytest.raises(ValueError, match=f"pooler_type '{pooler}' reads the first token, which the causal decoder"):
+        SimCSEModel.from_pretrained(str(folder), pooler_type=pooler)
+    msg = training_error(["--model_name_or_path", str(folder), "--pooler_type", pooler, "--train_file", str(train_txt),
+                          "--output_dir", str(tmp_path / "o"), "--max_steps", "1", "--use_cpu", "true"])
+    assert "use 'last_token' or 'avg', or train with --bidirectional true" in msg and not (tmp_path / "o").exists()
+    config = set_bidirectional(AutoConfig.from_pretrained(folder), True)
+    model = SimCSEModel.from_pretrained(str(folder), pooler_type=pooler, config=config).eval()
+    enc = model.tokenizer(["a man plays the guitar", "the dog runs"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        z = model(**enc)
+    assert not torch.allclose(z[0], z[1], atol=1e-4)  # the [BOS] state now reads the sentence
+
+
+def test_a_plain_decoder_folder_is_read_with_its_last_token(decoders):
+    """A decoder folder that records no pooler is read with last_token (as sentence-transformers' lasttoken
+    models), never with the first token."""
+    from simcse import SimCSE
+
+    for family in ("llama", "gpt2"):
+        tool = SimCSE(str(decoders[family]))
+        assert tool.model.pooler_type == "last_token", family
+        v = tool.encode(["a man plays the guitar", "the dog runs"])
+        assert not torch.allclose(torch.as_tensor(v[0]), torch.as_tensor(v[1]), atol=1e-4)
+
+
 def test_bidirectional_is_refused_for_an_encoder(tiny_bert_dir):
     from transformers import AutoConfig
 
@@ -124,3 +160,17 @@ def test_bad_prompts_option_is_refused(tmp_path, train_txt):
     argv = ["--model_name_or_path", str(tmp_path / "none"), "--train_file", str(train_txt), "--output_dir",
             str(tmp_path / "o"), "--prompts", '{"query": "x"}']
     assert "--prompts must map view columns" in training_error(argv)
+
+
+def test_prompts_for_a_column_the_rows_lack_and_empty_lora_targets_are_refused(decoders, tmp_path, train_txt):
+    """A one-sentence file has the column sent0 only: a prompt for sent1 would never be applied. An empty
+    --lora_target_modules would silently mean the default list."""
+    from conftest import training_error
+
+    base = ["--model_name_or_path", str(decoders["llama"]), "--pooler_type", "avg", "--train_file", str(train_txt),
+            "--output_dir", str(tmp_path / "o"), "--max_steps", "1", "--use_cpu", "true"]
+    msg = training_error([*base, "--prompts", '{"sent1": "Q: "}'])
+    assert "--prompts names column(s) ['sent1'] that the training rows do not have (they have ['sent0'])" in msg
+    msg = training_error([*base, "--lora_r", "4", "--lora_target_modules", " , "])
+    assert "--lora_target_modules ' , ' names no module" in msg
+    assert not (tmp_path / "o").exists()

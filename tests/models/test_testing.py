@@ -46,3 +46,17 @@ def test_shape_options_reach_the_config(tmp_path):
 def test_bad_arguments(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         tiny_encoder(tmp_path / "m", **kwargs)
+
+
+def test_make_tiny_decoder_refuses_a_trained_model_folder(tmp_path, capsys):
+    """scripts/make_tiny_decoder.py never writes random weights into a trained model's folder."""
+    import pytest
+
+    from conftest import load_script
+
+    (tmp_path / "simcse_config.json").write_text("{}")
+    script = load_script("make_tiny_decoder")
+    with pytest.raises(SystemExit) as exc:
+        script.main([str(tmp_path), "--family", "gpt2"])
+    assert exc.value.code == 2 and "holds a trained simcse model" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["simcse_config.json"]
