@@ -250,7 +250,8 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
-        and then a warning is logged and the padded forward is kept (returns False).
+        and then a warning is logged and the padded forward is kept (returns False). A causal decoder keeps the
+        padded forward without a check (the per-sentence attention is bidirectional; one info line).
         """
         config = self.encoder.config
         if not enabled:
@@ -260,6 +261,11 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
             return False
         if self.unpadded:
             return True
+        from simcse.models.decoder import is_bidirectional, is_decoder_config
+
+        if is_decoder_config(config) and not is_bidirectional(config):  # the per-sentence attention is bidirectional
+            logger.info("padding-free forward: not used with causal attention (the padded forward runs)")
+            return False
         register_unpadded_attention()
         self._padded_attn_implementation = config._attn_implementation
         config._attn_implementation = UNPADDED_ATTENTION

@@ -174,3 +174,21 @@ def test_prompts_for_a_column_the_rows_lack_and_empty_lora_targets_are_refused(d
     msg = training_error([*base, "--lora_r", "4", "--lora_target_modules", " , "])
     assert "--lora_target_modules ' , ' names no module" in msg
     assert not (tmp_path / "o").exists()
+
+
+def test_padding_free_forward_is_kept_off_for_causal_attention_without_a_warning(decoders, caplog):
+    """The padding-free path attends within each sentence both ways: on a causal decoder it is not tried (no
+    alarming mismatch warning), on a bidirectional one it passes its check."""
+    import logging
+
+    from transformers import AutoConfig
+
+    from simcse.models.decoder import set_bidirectional
+    from simcse.models.modeling import SimCSEModel
+
+    folder = str(decoders["llama"])
+    with caplog.at_level(logging.INFO, logger="simcse.models.modeling"):
+        assert SimCSEModel.from_pretrained(folder, pooler_type="avg").set_unpadded(True) is False
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("simcse")]
+    config = set_bidirectional(AutoConfig.from_pretrained(folder), True)
+    assert SimCSEModel.from_pretrained(folder, pooler_type="avg", config=config).set_unpadded(True) is True
