@@ -239,12 +239,14 @@ def write_text_atomic(path: str | os.PathLike, text: str, what: str | None = Non
 
 
 @contextmanager
-def atomic_folder(target: str | os.PathLike, what: str, needed: int | None = None):
+def atomic_folder(target: str | os.PathLike, what: str, needed: int | None = None, replaces=None):
     """Yield a temporary sibling folder to write ``target``'s files into; on success they replace ``target``'s.
 
     Files and folders end with the permissions an ordinary write gives (:func:`ordinary_permissions`). A new
     ``target`` appears by one rename; into an existing one each file is moved by its own rename (files of
-    other names are kept). On any failure the temporary folder is removed and ``target`` is untouched; write
+    other names are kept), and after all of them the top-level entries of ``target`` that were not written
+    and whose name ``replaces`` (a predicate on the name) accepts are removed: the stale files of an earlier
+    write of the same kind. On any failure the temporary folder is removed and ``target`` is untouched; write
     failures raise :class:`WriteError` naming ``what``. ``needed`` (bytes) is checked first with
     :func:`check_room`.
     """
@@ -262,11 +264,18 @@ def atomic_folder(target: str | os.PathLike, what: str, needed: int | None = Non
             if not target.exists():
                 os.replace(tmp, target)
                 return
+            written = {f.name for f in tmp.iterdir()}
             for f in sorted(tmp.rglob("*")):
                 dest = target / f.relative_to(tmp)
                 if f.is_dir():
                     dest.mkdir(exist_ok=True)
                 else:
                     os.replace(f, dest)
+            for old in sorted(target.iterdir()) if replaces is not None else ():
+                if old.name not in written and replaces(old.name):
+                    if old.is_dir() and not old.is_symlink():
+                        shutil.rmtree(old)
+                    else:
+                        old.unlink()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

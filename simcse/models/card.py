@@ -6,7 +6,10 @@ Written by :meth:`simcse.SimCSEModel.save_pretrained` (pooler and loading instru
 metadata (``huggingface_hub.ModelCardData``): ``library_name``, ``pipeline_tag``, ``base_model``, ``datasets``,
 ``license``, ``tags`` and a ``model-index`` holding the measured Spearman correlations (times 100).
 
-A card that was not written by simcse (no ``simcse`` tag) is left alone.
+A card that was not written by simcse (no ``simcse`` tag) is left alone, except peft's blank template (the card
+peft writes beside an adapter, ``# Model Card for Model ID``, which a LoRA adapter folder held before simcse
+wrote its own there). An adapter folder's card names the adapter's base model (``adapter_config.json``) and
+says how to load the adapter.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from simcse.models.lora import ADAPTER_CONFIG_NAME
 from simcse.models.st_files import ST_POOLING_MODES
 
 CARD_NAME = "README.md"
@@ -68,6 +72,16 @@ def _read_card(folder: Path):
         return False
 
 
+_PEFT_TEMPLATE_TITLE = "# Model Card for Model ID"  # the heading of peft's blank card (huggingface_hub's template)
+
+
+def _simcse_may_replace(card, overwrite: bool) -> bool:
+    """Whether ``card`` (a parsed README.md) is simcse's own card, peft's blank template, or ``overwrite`` is set."""
+    if overwrite or CARD_TAG in (card.data.tags or []):
+        return True
+    return card.data.library_name == "peft" and card.text.lstrip().startswith(_PEFT_TEMPLATE_TITLE)
+
+
 def _old_results(card) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     by_type = {v[0]: k for k, v in RESULT_DATASETS.items()}
@@ -93,9 +107,13 @@ def _eval_results(results: dict[str, dict[str, float]]):
     return rows
 
 
-def _usage(pooler: str, name: str, st_ok: bool) -> str:
+def _usage(pooler: str, name: str, st_ok: bool, adapter: bool = False) -> str:
     st = (f"```python\nfrom sentence_transformers import SentenceTransformer\n\nmodel = SentenceTransformer(\"{name}\")\n"
           "embeddings = model.encode([\"A man is playing a guitar.\"])\n```" if st_ok else
+          "sentence-transformers cannot load this folder: it holds a LoRA adapter, and sentence-transformers would "
+          "rebuild the base model without this run's settings, so `SentenceTransformer(...)` stops with an error "
+          "instead of computing other embeddings. Use simcse (training with `--merge_lora true` gives a folder "
+          "sentence-transformers loads)." if adapter else
           f"sentence-transformers cannot load this folder: its Pooling module has no `{pooler}` mode, so "
           "`SentenceTransformer(...)` stops with `Invalid pooling mode` instead of computing other embeddings. "
           "Use simcse or plain transformers.")
@@ -143,7 +161,7 @@ with torch.no_grad():
 """
 
 
-def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> str:
+def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool, base: str | None) -> str:
     pooler = cfg.get("pooler_type", "cls")
     mlp_note = " (the MLP is used in training only)" if pooler == "cls" and cfg.get("mlp_only_train") else ""
     if pooler == "cls" and cfg.get("mlp_only_train"):
@@ -156,9 +174,12 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
              "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library.", "",
              f"- pooler: `{pooler}`{mlp_note}: the sentence embedding is {pooler_text}",
              f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine"]
-    base, data = _base_model(training), _training_data(training)
+    data = _training_data(training)
     if base:
         lines.append(f"- base model: [{base}](https://huggingface.co/{base})")
+    if cfg.get("lora_adapter"):
+        lines.append("- weights: a LoRA adapter over the base model that `adapter_config.json` names (loading it "
+                     "needs peft: `pip install peft`)")
     if data:
         lines.append(f"- training data: {data}")
     lines.append("")
@@ -177,7 +198,8 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool) -> s
         lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None
                   and not (k == "model_name_or_path" and local_base)]
         lines.append("")
-    lines += ["## Usage", "", _usage(pooler, name, st_ok), "## Citation", "", "```bibtex", _CITATION, "```", ""]
+    lines += ["## Usage", "", _usage(pooler, name, st_ok, bool(cfg.get("lora_adapter"))),
+              "## Citation", "", "```bibtex", _CITATION, "```", ""]
     return "\n".join(lines)
 
 
@@ -237,7 +259,7 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
             raise ValueError(f"results must map {sorted(RESULT_DATASETS)} to {{'dev'|'test': spearman}}, "
                              f"got {task!r}: {splits!r}")
     old = _read_card(folder)
-    if old is False or (old is not None and CARD_TAG not in (old.data.tags or []) and not overwrite):
+    if old is False or (old is not None and not _simcse_may_replace(old, overwrite)):
         return None
     merged = _old_results(old) if old else {}
     for task, splits in (results or {}).items():
@@ -247,17 +269,20 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
         training = _json(folder / TRAINING_ARGS_NAME)
     else:  # kept with the folder, so later updates (evaluate --update_card, saves) describe it too
         (folder / TRAINING_ARGS_NAME).write_text(json.dumps(training, indent=2, default=str) + "\n")
-    st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES
+    adapter = bool(cfg.get("lora_adapter"))
+    st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES and not adapter
+    base = _base_model(training) or (_hub_id(_json(folder / ADAPTER_CONFIG_NAME).get("base_model_name_or_path"))
+                                     if adapter else None)
     name = model_name or folder.resolve().name
     hub_dataset = None if training.get("train_file") else _hub_dataset(training)
     data = ModelCardData(  # Hub metadata: Hub ids only (a local file or folder is named in the card's text)
-        library_name="sentence-transformers" if st_ok else "transformers", pipeline_tag="sentence-similarity",
-        base_model=_base_model(training), license=license, model_name=name,
+        library_name="sentence-transformers" if st_ok else "peft" if adapter else "transformers",
+        pipeline_tag="sentence-similarity", base_model=base, license=license, model_name=name,
         datasets=[hub_dataset] if hub_dataset else None,
         tags=[CARD_TAG, "sentence-transformers", "sentence-similarity", "feature-extraction"],
         eval_results=_eval_results(merged) or None,
     )
-    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_body(name, cfg, training, merged, st_ok)}")
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_body(name, cfg, training, merged, st_ok, base)}")
     path = folder / CARD_NAME
     tmp = path.with_name(f".{CARD_NAME}.tmp")
     card.save(tmp)

@@ -8,12 +8,16 @@ A saved SimCSE model is a plain HF encoder folder plus small files::
     modules.json, 1_Pooling/, ...                      # sentence-transformers modules (:mod:`simcse.models.st_files`)
     README.md                                          # the model card (:mod:`simcse.models.card`)
 
-so loading never guesses the pooler from the model's name (the reference's tool did). :class:`SavedFolder` is the
+(or, for a LoRA adapter, ``adapter_config.json`` and ``adapter_model.safetensors`` instead of the encoder's weights:
+:mod:`simcse.models.lora`), so loading never guesses the pooler from the model's name (the reference's tool did).
+A save over an earlier model leaves only the new model's files of these names (:mod:`simcse.models.folder_files`).
+:class:`SavedFolder` is the
 mixin that gives :class:`simcse.SimCSEModel` its ``save_pretrained`` / ``from_pretrained`` / ``load_weights``.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -24,28 +28,23 @@ import torch
 from torch import nn
 
 from simcse.files.storage import atomic_folder, writing
-from simcse.models.card import write_model_card
+from simcse.models.card import CARD_NAME, write_model_card
 from simcse.models.decoder import check_decoder_pooler, default_decoder_pooler, read_model_config
 from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.prompt_pooling import check_include_prompt, recorded_include_prompt
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
+from simcse.models.folder_files import (MLM_HEAD_WEIGHTS_NAME, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, TOKENIZER_FILES,
+                                        WEIGHT_FILES, written_by_a_save)
 from simcse.models.st_files import write_sentence_transformers_files
 from simcse.models.truncation import TRAINED_DIMS_KEY
 
 logger = logging.getLogger(__name__)
 
-SIMCSE_CONFIG_NAME = "simcse_config.json"
-
-MLP_WEIGHTS_NAME = "simcse_mlp.safetensors"
-
-MLM_HEAD_WEIGHTS_NAME = "simcse_mlm_head.safetensors"  # the auxiliary MLM head (training with do_mlm)
-
 TRAIN_COMMAND_NAME = "simcse_train_command.txt"  # in a training checkpoint-N: the run's command line (one line)
 
 FORMAT_VERSION = 1
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.safetensors")
 
 def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """True when ``path`` is a local folder (checked for weights); False for a hub name.
@@ -57,9 +56,9 @@ def _check_model_dir(path: str, hf_kwargs: dict | None = None) -> bool:
     """
     p = Path(path)
     if p.is_dir():
-        if not any((p / f).is_file() for f in _WEIGHT_FILES):
+        if not any((p / f).is_file() for f in WEIGHT_FILES):
             raise FileNotFoundError(
-                f"model folder {path!r} has no weights: expected one of {list(_WEIGHT_FILES)}{_unfinished_run_hint(p)}"
+                f"model folder {path!r} has no weights: expected one of {list(WEIGHT_FILES)}{_unfinished_run_hint(p)}"
             )
         return True
     if p.exists() or path.startswith((".", "/", "~")) or os.sep + os.sep in path or path.count("/") > 1:
@@ -212,11 +211,6 @@ def _refuse_pickle(path: str, e: Exception) -> None:
     ) from None
 
 
-# the files an HF tokenizer reads its vocabulary from (fast tokenizers; WordPiece; BPE; SentencePiece)
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
-                   "tokenizer.model", "source.spm")
-
-
 def _check_tokenizer_files(path: str) -> None:
     """FileNotFoundError when the local model folder ``path`` holds no tokenizer vocabulary.
 
@@ -293,8 +287,11 @@ class SavedFolder:
 
         Files are first written to a temporary folder next to ``save_directory`` and then moved in one
         rename each (:func:`simcse.files.storage.atomic_folder`), so an interrupted save never leaves a half-written
-        weight file in place; a failed write raises :class:`simcse.files.storage.WriteError`. With
-        ``is_main_process=False`` (HF's keyword for the other processes of a distributed run) nothing is written.
+        weight file in place; only then are the files an earlier save left there and this one did not write
+        removed (the other format's weights, an MLP, module or tokenizer file the model no longer has:
+        :func:`simcse.models.folder_files.written_by_a_save`; files of other names are kept); a failed write
+        raises :class:`simcse.files.storage.WriteError`. With ``is_main_process=False`` (HF's keyword for the
+        other processes of a distributed run) nothing is written.
         ``state_dict`` (HF's keyword) is ignored: the model's own weights are written. An encoder with LoRA
         adapters (:mod:`simcse.models.lora`) is written as its adapter and base reference, or with ``merge_lora``
         as merged full weights.
@@ -304,7 +301,8 @@ class SavedFolder:
         if not is_main_process:
             return
         self._merging_lora = bool(merge_lora)
-        with atomic_folder(save_directory, "the model") as tmp:
+        stale = functools.partial(written_by_a_save, tokenizer=self.tokenizer is not None)
+        with atomic_folder(save_directory, "the model", replaces=stale) as tmp:
             self._save_encoder(tmp)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(tmp)
@@ -337,6 +335,7 @@ class SavedFolder:
                     merged_copy(self.encoder).save_pretrained(folder, safe_serialization=True)
                 else:
                     self.encoder.save_pretrained(folder)  # adapter_config.json + adapter_model.safetensors
+                    (folder / CARD_NAME).unlink(missing_ok=True)  # peft's blank card: save_pretrained writes simcse's
             return
         # Put the detached HF pooler back for the save so the folder is a complete HF model; when this model
         # has an MLP of the same shape, the pooler holds the MLP, so HF's ``pooler_output`` equals our ``cls``.

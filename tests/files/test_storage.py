@@ -228,3 +228,50 @@ def test_a_signal_handler_of_the_program_is_kept_while_writing(tmp_path):
         assert seen == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_atomic_folder_removes_stale_entries_it_replaces_only_after_writing(tmp_path):
+    """Into an existing folder: the new files are moved in first, then the entries of ``replaces``' names that
+    were not written are removed; entries of other names, and those written again, are kept."""
+    from simcse.files.storage import atomic_folder
+
+    target = tmp_path / "out"
+    (target / "old_module").mkdir(parents=True)
+    for name in ("old.bin", "kept.bin", "notes.txt", "old_module/config.json"):
+        (target / name).write_text("old")
+    seen = []
+
+    def replaces(name):
+        seen.append((name, (target / "new.bin").is_file()))
+        return name.endswith(".bin") or name == "old_module"
+
+    with atomic_folder(target, "the test folder", replaces=replaces) as tmp:
+        (tmp / "new.bin").write_text("new")
+        (tmp / "kept.bin").write_text("new")
+    assert sorted(p.name for p in target.iterdir()) == ["kept.bin", "new.bin", "notes.txt"]
+    assert (target / "kept.bin").read_text() == "new" and (target / "notes.txt").read_text() == "old"
+    assert seen and all(written for _, written in seen)  # asked only once the new files were in place
+
+
+def test_a_save_over_a_model_folder_removes_its_stale_files_only(tmp_path, tiny_bert_dir):
+    """save_pretrained over a folder of another model: the earlier model's files the save did not write (an
+    adapter, an MLP, a 2_Dense module, a tokenizer vocabulary) go; the user's files stay; a model without a
+    tokenizer keeps the folder's tokenizer."""
+    from simcse.models.modeling import SimCSEModel
+
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg")
+    folder = tmp_path / "m"
+    folder.mkdir()
+    stale = ("adapter_config.json", "adapter_model.safetensors", "simcse_mlp.safetensors", "spiece.model",
+             "model-00001-of-00002.safetensors")
+    for name in (*stale, "notes.txt", "2_Dense/config.json"):
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_text("old")
+    model.save_pretrained(folder)
+    names = {p.name for p in folder.iterdir()}
+    assert not names & {*stale, "2_Dense"} and {"model.safetensors", "notes.txt"} <= names
+    (folder / "spiece.model").write_text("old")
+    tokenizer_files = {p.name for p in folder.iterdir() if p.name.startswith(("tokenizer", "vocab", "spiece"))}
+    model.tokenizer = None
+    model.save_pretrained(folder)
+    assert "spiece.model" in tokenizer_files and tokenizer_files <= {p.name for p in folder.iterdir()}

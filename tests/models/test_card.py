@@ -109,6 +109,28 @@ def test_card_metadata_results_and_foreign_card(tmp_path, tiny_bert_dir):
     assert (tmp_path / "m" / "README.md").read_text() == "# my own notes\n"
 
 
+def test_adapter_folder_card_replaces_peft_blank_card_and_names_the_base(tmp_path):
+    """A LoRA adapter folder holding peft's blank card (``# Model Card for Model ID``) gets simcse's card, whose
+    ``base_model`` is the adapter's base (``adapter_config.json``) and which says sentence-transformers cannot load it;
+    a card of the user's own stays."""
+    from huggingface_hub import ModelCardData
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "simcse_config.json").write_text(json.dumps({"pooler_type": "last_token", "hidden_size": 8,
+                                                           "mlp_only_train": False, "lora_adapter": True}))
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/base-llm"}))
+    ModelCard.from_template(ModelCardData(library_name="peft", base_model="org/base-llm")).save(folder / "README.md")
+    assert write_model_card(folder, training={"train_file": "wiki.txt", "lora_r": 4}) is not None
+    card = ModelCard.load(folder / "README.md")
+    assert "simcse" in card.data.tags and (card.data.base_model, card.data.library_name) == ("org/base-llm", "peft")
+    assert "a LoRA adapter over the base model" in card.text and "it holds a LoRA adapter" in card.text
+    assert "[More Information Needed]" not in card.text
+    assert json.loads((folder / "simcse_training_args.json").read_text())["lora_r"] == 4
+    (folder / "README.md").write_text("---\nlibrary_name: peft\n---\n\n# my adapter\n")
+    assert write_model_card(folder) is None and "# my adapter" in (folder / "README.md").read_text()
+
+
 def test_evaluate_update_card(tmp_path, tiny_bert_dir, real_data):
     _model(tiny_bert_dir, "avg").save_pretrained(tmp_path / "m")
     ev = load_script("evaluation")

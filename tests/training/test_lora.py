@@ -89,6 +89,48 @@ def test_merge_lora_saves_full_weights_that_sentence_transformers_loads(tmp_path
     assert abs(torch.as_tensor(ours).numpy() - theirs).max() < 1e-5
 
 
+def test_overwritten_folder_holds_only_the_new_models_files_and_simcses_card(tmp_path, train_txt):
+    """An adapter folder gets simcse's card and training arguments (not peft's blank card); training over it with
+    --merge_lora (and back) leaves only the new model's files, which SimCSE and sentence-transformers load, and
+    keeps the user's own files (a card of the user's own included)."""
+    from huggingface_hub import ModelCard
+    from sentence_transformers import SentenceTransformer
+
+    from conftest import run_training
+    from simcse import SimCSE
+
+    folder = make_tiny_decoder(tmp_path / "llama", "llama")
+    out = tmp_path / "out"
+    common = ("--max_steps", "2", "--save_strategy", "no", "--overwrite_output_dir", "true")
+    run_training(_argv(folder, train_txt, out, *common))
+    card = ModelCard.load(out / "README.md")
+    assert "simcse" in card.data.tags and "[More Information Needed]" not in card.text
+    assert "it holds a LoRA adapter" in card.text
+    assert json.loads((out / "simcse_training_args.json").read_text())["lora_r"] == 4
+    (out / "notes.txt").write_text("mine")
+    sentences = ["a man plays music .", "the dog runs in the park ."]
+    merged = run_training(_argv(folder, train_txt, out, *common, "--merge_lora", "true", "--seed", "7"))
+    files = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "config.json", "notes.txt"} <= files
+    assert not files & {"adapter_config.json", "adapter_model.safetensors"}
+    assert "simcse" in ModelCard.load(out / "README.md").data.tags
+    with torch.no_grad():
+        want = merged.model.eval().encode(sentences)
+    ours = torch.as_tensor(SimCSE(str(out)).encode(sentences, normalize_to_unit=False))
+    theirs = torch.as_tensor(SentenceTransformer(str(out), device="cpu").encode(sentences))
+    assert torch.allclose(ours, torch.as_tensor(want), atol=1e-5) and torch.allclose(ours, theirs, atol=1e-5)
+    (out / "README.md").write_text("# my own card\n")  # the user's card: kept (not replaced by peft's)
+    adapter = run_training(_argv(folder, train_txt, out, *common, "--seed", "3"))
+    assert (out / "README.md").read_text() == "# my own card\n"
+    files = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "notes.txt"} <= files
+    assert not files & {"model.safetensors", "config.json"} and (out / "notes.txt").read_text() == "mine"
+    with torch.no_grad():
+        want = adapter.model.eval().encode(sentences)
+    got = SimCSE(str(out)).encode(sentences, normalize_to_unit=False)
+    assert torch.allclose(torch.as_tensor(got), torch.as_tensor(want), atol=1e-5)
+
+
 def test_lora_options_are_checked_before_loading(tmp_path, train_txt):
     from conftest import training_error
 
