@@ -25,6 +25,7 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
 from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
                                   quiet_transformers_bars)
 from simcse.models.checkpointing import ActivationCheckpointing
+from simcse.models.decoder import is_bidirectional, is_decoder_config
 from simcse.models.inference import Encoding
 from simcse.models.pooling import PROMPT_POOLERS, MLPHead, get_pooler
 from simcse.models.prompt import PromptConfig, Prompting, prompt_forward
@@ -250,8 +251,7 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
         Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
         through transformers' attention-function registry (or numbers positions differently) fails the check,
-        and then a warning is logged and the padded forward is kept (returns False). A causal decoder keeps the
-        padded forward without a check (the per-sentence attention is bidirectional; one info line).
+        and then a warning is logged and the padded forward is kept (returns False); a causal decoder keeps it too.
         """
         config = self.encoder.config
         if not enabled:
@@ -261,8 +261,6 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
             return False
         if self.unpadded:
             return True
-        from simcse.models.decoder import is_bidirectional, is_decoder_config
-
         if is_decoder_config(config) and not is_bidirectional(config):  # the per-sentence attention is bidirectional
             logger.info("padding-free forward: not used with causal attention (the padded forward runs)")
             return False
