@@ -37,7 +37,7 @@ setup(
         "mteb": ["mteb>=2.0,<3"],
         "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
         "llm": ["peft>=0.13"],
-        "dev": ["pytest>=7", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4",
+        "dev": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4",
                 "onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1", "mteb>=2.0,<3",
                 "fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "playwright>=1.40", "peft>=0.13"],
     },
