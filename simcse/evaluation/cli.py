@@ -192,6 +192,10 @@ def main(argv=None) -> dict:
     pooler = model.pooler_type
     shown = pooler if model.inference_pooler == pooler else f"{pooler} (mlp_only_train: encodes as {model.inference_pooler})"
     print(pooler_line(recorded, shown, args.pooler), flush=True)
+    if args.max_seq_length > model.max_input_tokens:
+        print(f"max_seq_length: {model.max_input_tokens} (--max_seq_length {args.max_seq_length} is more than the model "
+              f"takes: its tokenizer's model_max_length / position table); sentences are cut at {model.max_input_tokens} "
+              "tokens, as sentence-transformers cuts them at its max_seq_length", flush=True)
 
     cache: dict[tuple, object] = {}
 

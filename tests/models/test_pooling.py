@@ -67,3 +67,41 @@ def test_avg_first_last_embeddings_is_the_embedding_layer_plus_last_layer(arch, 
         other = fixed(**batch)
     torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(got, other, atol=1e-3)  # not the first transformer layer's average
+
+
+@pytest.mark.parametrize("mode,pooler", [("mean", "avg"), ("cls", "cls_before_pooler"), ("lasttoken", "last_token")])
+def test_a_folder_saved_by_the_installed_sentence_transformers_is_read_with_its_pooling(tiny_bert_dir, tmp_path, mode, pooler):
+    """sentence-transformers 6 writes ``{"pooling_mode": "mean"}`` (no boolean keys): the folder's pooler is read
+    from it, and SimCSE(folder) gives sentence-transformers' own embeddings."""
+    import json
+
+    import numpy as np
+    from sentence_transformers import SentenceTransformer, models
+
+    from simcse import SimCSE
+    from simcse.models.pooling import recorded_pooler
+
+    st = SentenceTransformer(modules=[models.Transformer(str(tiny_bert_dir)), models.Pooling(32, pooling_mode=mode)],
+                             device="cpu")
+    st.save(str(tmp_path / "st"))
+    saved = json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())
+    assert saved.get("pooling_mode") == mode and not any(k.startswith("pooling_mode_") for k in saved)
+    assert recorded_pooler(tmp_path / "st")[0] == pooler
+    ours = SimCSE(str(tmp_path / "st"), device="cpu").encode(SENTENCES[:4], return_numpy=True, normalize_to_unit=False)
+    theirs = st.encode(SENTENCES[:4])
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+@pytest.mark.parametrize("pcfg,modes", [
+    ({"pooling_mode": "mean"}, ("mean",)),
+    ({"pooling_mode": ["cls", "max"]}, ("cls", "max")),
+    ({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}, ("mean",)),
+    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, ("cls",)),
+    ({"pooling_mode_lasttoken": True}, ("lasttoken",)),
+    ({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False}, ("mean",)),  # as sentence-transformers reads it
+    ({"pooling_mode": "cls", "pooling_mode_mean_tokens": True}, ("cls",)),  # the 6.x key wins
+])
+def test_both_pooling_config_formats(pcfg, modes):
+    from simcse.models.pooling import st_pooling_modes
+
+    assert st_pooling_modes(pcfg) == modes
