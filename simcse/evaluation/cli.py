@@ -101,6 +101,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="evaluate the first N coordinates of each embedding (a Matryoshka-trained model): N, a list "
                         "'384,128,64' (one STS table row per size), or 'trained' (every size the folder records "
                         "in simcse_config.json matryoshka_dims)")
+    p.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                   help="95%% bootstrap interval of every STS Spearman from N resamples of the pairs (1000 is usual; "
+                        "STS12-16's 'all' resampled within each subset); printed as a second table row and written to "
+                        "--output_json (default: 0, none)")
+    p.add_argument("--compare_to", default=None, metavar="OTHER_MODEL",
+                   help="also encode OTHER_MODEL (with the pooler its folder records) and print the paired comparison on "
+                        "the STS tasks: each Spearman of this model minus OTHER_MODEL's, its 95%% paired-bootstrap interval "
+                        "and p-value (--bootstrap resamples, 1000 when not given)")
+    p.add_argument("--bootstrap_seed", type=int, default=1111, help="seed of the bootstrap resamples")
     p.add_argument("--update_card", action="store_true",
                    help="write the STS-B / SICK-R Spearman of this run into the model folder's README.md (model card)")
     add_both_spellings(p)  # --batch_size / --batch-size, as every simcse command
@@ -153,7 +162,7 @@ def main(argv=None) -> dict:
     """
     args = parse_args(argv)
     from simcse.evaluation import check_tasks, evaluate, format_tables, resolve_senteval_dir, table_values
-    from simcse.evaluation.tables import format_dims_table, table_notes
+    from simcse.evaluation.tables import format_dims_table, table_intervals, table_notes
     from simcse.models.truncation import truncate_embeddings
 
     if not args.quiet:
@@ -164,6 +173,7 @@ def main(argv=None) -> dict:
         data_dir = resolve_senteval_dir(args.data_dir)
         check_model_path(args.model_name_or_path)
         check_output_json(args.output_json)
+        check_bootstrap_options(args, tasks)
         if args.update_card:
             check_update_card(args, tasks)
     except (ValueError, FileNotFoundError) as e:
@@ -217,7 +227,9 @@ def main(argv=None) -> dict:
 
             by_dim[dim] = evaluate(encode, tasks, data_dir=data_dir, mode=args.mode,
                                    sts_splits="all" if args.sts_all_splits else None, kfold=args.kfold,
-                                   seed=args.seed, n_jobs=args.n_jobs, classifier=args.classifier)
+                                   seed=args.seed, n_jobs=args.n_jobs, classifier=args.classifier,
+                                   bootstrap=args.bootstrap, bootstrap_seed=args.bootstrap_seed)
+        comparison = compare_to(args, tasks, data_dir, model, device) if args.compare_to else None
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     results = by_dim[dims[0]]
@@ -228,6 +240,8 @@ def main(argv=None) -> dict:
         if dims[0] is not None:
             print(f"truncate_dim {dims[0]} (of {model.hidden_size})")
         print(format_tables(results, args.mode, args.classifier))
+    if comparison is not None:
+        print(format_comparison(comparison, args))
     print(f"{len(tasks)} task(s), mode {args.mode}, pooler {shown}: {seconds:.1f} s (model load + encoding + scoring)")
     if args.update_card:
         from simcse.models.card import results_from_senteval, write_model_card
@@ -249,6 +263,12 @@ def main(argv=None) -> dict:
             "table_notes": table_notes(args.mode, args.classifier),
             "results": results,
         }
+        if args.bootstrap:
+            out["bootstrap"] = {"resamples": args.bootstrap, "seed": args.bootstrap_seed, "confidence": 0.95,
+                                "intervals": table_intervals(results, args.mode)}
+        if comparison is not None:
+            out["comparison"] = {"other_model": args.compare_to, "resamples": args.bootstrap or 1000,
+                                 "seed": args.bootstrap_seed, "tasks": comparison_rows(comparison, args.mode)}
         if dims != [None]:
             out["truncate_dim"] = dims if len(dims) > 1 else dims[0]
             out["tables_by_dim"] = {str(d): table_values(r, args.mode) for d, r in by_dim.items()}
@@ -262,6 +282,74 @@ def main(argv=None) -> dict:
             sys.exit(f"error: {e}")
         print(f"wrote {args.output_json}")
     return results
+
+
+def check_bootstrap_options(args, tasks: list[str]) -> None:
+    """--bootstrap is 0 or >= 2; --compare_to needs an STS task and a readable folder, and a single embedding size.
+
+    Raises:
+        ValueError / FileNotFoundError: naming the option.
+    """
+    from simcse.evaluation.engine import STS_TASKS, check_resamples
+
+    if args.bootstrap:
+        check_resamples(args.bootstrap, "--bootstrap")
+    if args.compare_to is None:
+        return
+    if not [t for t in tasks if t in STS_TASKS]:
+        raise ValueError(f"--compare_to compares STS Spearmans; none of the tasks {tasks} is an STS task")
+    if args.truncate_dim is not None:
+        raise ValueError("--compare_to compares full-size embeddings; drop --truncate_dim")
+    check_model_path(args.compare_to)
+
+
+def compare_to(args, tasks: list[str], data_dir, model, device) -> dict:
+    """The paired comparison of ``model`` (this run's) with ``--compare_to``'s model on the STS tasks among ``tasks``
+    (:func:`simcse.evaluation.engine.compare_sts`); prints the other model's pooler line."""
+    from simcse.evaluation.engine import STS_TASKS, compare_sts
+    from simcse.models.modeling import SimCSEModel
+    from simcse.models.pooling import pooler_to_use
+
+    pooler_type, recorded = pooler_to_use(args.compare_to, None, option="--pooler")
+    try:
+        other = SimCSEModel.from_pretrained(args.compare_to, pooler_type=pooler_type).to(device)
+    except OSError as e:
+        raise ValueError(f"--compare_to: cannot load model {args.compare_to!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    print("compare_to " + pooler_line(recorded, other.inference_pooler, None), flush=True)
+
+    def encoder(m):
+        return lambda s: m.encode(s, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
+                                  show_progress=not args.quiet)
+
+    return compare_sts(encoder(model), encoder(other), [t for t in tasks if t in STS_TASKS], data_dir, args.mode,
+                       n_resamples=args.bootstrap or 1000, seed=args.bootstrap_seed)
+
+
+def comparison_rows(comparison: dict, mode: str) -> dict:
+    """One row per STS task of a comparison (the table's number: STS12-16 'all', STS-B / SICK-R the reported
+    split), x 100 and rounded: ``{task: {"a", "b", "diff", "low", "high", "p_value"}}``."""
+    split = "dev" if mode == "dev" else "test"
+    rows = {}
+    for task, parts in comparison.items():
+        d = parts[split] if split in parts else parts["all"]["all"]
+        rows[task] = {k: round(100 * getattr(d, k), 2) for k in ("a", "b", "diff", "low", "high")}
+        rows[task]["p_value"] = round(d.p_value, 4)
+    return rows
+
+
+def format_comparison(comparison: dict, args) -> str:
+    """The paired comparison as a boxed table: one row per STS task."""
+    rows = comparison_rows(comparison, args.mode)
+    head = ["task", "this model", "other", "difference", "95% CI", "p"]
+    cells = [head] + [[t, f"{r['a']:.2f}", f"{r['b']:.2f}", f"{r['diff']:+.2f}", f"{r['low']:+.2f} to {r['high']:+.2f}",
+                       f"{r['p_value']:.3f}"] for t, r in rows.items()]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    lines = ["|" + "|".join(f" {x:^{w}} " for x, w in zip(row, widths)) + "|" for row in cells]
+    title = (f"------ {args.mode} : paired comparison with {args.compare_to} (Spearman x 100) ------\n"
+             f"difference = this model - other, on the same pairs; 95% paired-bootstrap interval and two-sided p-value "
+             f"from {args.bootstrap or 1000} resamples (seed {args.bootstrap_seed}); STS12-16: 'all'")
+    return "\n".join([title, rule, lines[0], rule, *lines[1:], rule])
 
 
 def truncate_dims(value: str | None, model) -> list[int | None]:

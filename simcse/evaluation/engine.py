@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from simcse.evaluation import data as D
+from simcse.evaluation.intervals import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_parts, paired_bootstrap
 from simcse.evaluation.sts import cosine_similarity, score_sts
 from simcse.evaluation.logreg import SETTINGS as LOGREG_SETTINGS
 from simcse.evaluation.transfer import (ClassifierConfig, check_finite, check_labels, inner_kfold, kfold_then_test, pair_features,
@@ -84,6 +85,11 @@ class _STSYear(_Task):
 
     def run(self, emb, cfg):
         return score_sts({k: (emb(p.sent1), emb(p.sent2), p.scores) for k, p in self.parts.items()}, self.name)
+
+    def scored(self, emb) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """part -> (cosine similarities (n,), gold scores (n,)), float64, in the data's order."""
+        return {k: (cosine_similarity(emb(p.sent1), emb(p.sent2), task=f"{self.name}/{k}"), np.asarray(p.scores, dtype=np.float64))
+                for k, p in self.parts.items()}
 
 
 class _STSSplits(_STSYear):
@@ -241,6 +247,8 @@ def evaluate(
     seed: int = 1111,
     n_jobs: int | None = None,
     classifier: str = "senteval",
+    bootstrap: int = 0,
+    bootstrap_seed: int = DEFAULT_SEED,
 ) -> dict:
     """Evaluate sentence embeddings on SentEval tasks; returns ``{task: results}`` in SentEval's shape.
 
@@ -259,6 +267,10 @@ def evaluate(
         classifier: ``"senteval"`` (default: SentEval's PyTorch logistic regression with the reference
             ``evaluation.py`` settings of ``mode``, as in the paper's transfer table) or ``"sklearn"``
             (SentEval's scikit-learn path: faster, not comparable with the paper's numbers).
+        bootstrap: resamples for 95% bootstrap intervals of every STS Spearman (0, the default: none; 1000 is the
+            usual number): each part gets ``"spearman_ci": (low, high)`` and ``"all"`` gets ``"spearman_ci":
+            {"all", "mean", "wmean"}``, the aggregates resampled within each part
+            (:func:`simcse.evaluation.intervals.bootstrap_parts`). bootstrap_seed: their generator's seed.
 
     Returns:
         For STS12-16: ``{subset: {"pearson": (r, p), "spearman": (rho, p), "nsamples": n}, ...,
@@ -271,6 +283,8 @@ def evaluate(
         FileNotFoundError: the data folder or a task's files are missing (names the download script).
     """
     names = check_tasks(tasks)
+    if bootstrap:
+        check_resamples(bootstrap)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     splits = _sts_splits(mode, sts_splits)
@@ -286,8 +300,63 @@ def evaluate(
     for task in plan:
         t0 = time.perf_counter()
         results[task.name] = task.run(emb, cfg)
+        if bootstrap and isinstance(task, _STSYear):
+            add_intervals(results[task.name], bootstrap_parts(task.scored(emb), bootstrap, bootstrap_seed))
         logger.info("%s done in %.1f s", task.name, time.perf_counter() - t0)
     return results
+
+
+def check_resamples(n: int, option: str = "bootstrap") -> int:
+    """``n`` when it is an int of at least 2, else ValueError naming ``option``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"{option} must be a number of resamples of at least 2 (1000 is usual), got {n!r}")
+    return int(n)
+
+
+def add_intervals(task_results: dict, intervals: dict) -> None:
+    """Put :func:`bootstrap_parts`' intervals into one STS task's SentEval-shaped results (in place)."""
+    for part, ci in intervals.items():
+        if part == "all":
+            task_results["all"]["spearman_ci"] = {k: tuple(v) for k, v in ci.items()}
+        else:
+            task_results[part]["spearman_ci"] = tuple(ci)
+
+
+def sts_scores(encode: Encoder, tasks: str | Iterable[str], data_dir: str | Path | None = None, mode: str = "test",
+               sts_splits: str | Sequence[str] | None = None) -> dict:
+    """Every STS task's cosine similarities and gold scores, for comparisons (:func:`compare_sts`).
+
+    Returns:
+        ``{task: {part: (similarities (n,), gold (n,))}}``, float64, parts and pairs in the data's order.
+
+    Raises:
+        ValueError: a task is not an STS task, or as :func:`evaluate`. FileNotFoundError: as :func:`evaluate`.
+    """
+    names = check_tasks(tasks)
+    other = [t for t in names if t not in STS_TASKS]
+    if other:
+        raise ValueError(f"only STS tasks have scored pairs to compare; not {', '.join(other)} (STS tasks: {', '.join(STS_TASKS)})")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    folder = D.resolve_senteval_dir(data_dir)
+    check_data(folder, names)
+    plan = [_make_task(n, folder, _sts_splits(mode, sts_splits)) for n in names]
+    emb = _encode_once(encode, (s for t in plan for s in t.sentences()))
+    return {t.name: t.scored(emb) for t in plan}
+
+
+def compare_sts(encode_a: Encoder, encode_b: Encoder, tasks: str | Iterable[str], data_dir: str | Path | None = None,
+                mode: str = "test", *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
+    """Paired comparison of two encoders on the same STS pairs: per task and part, a's and b's Spearman, the
+    difference a - b, its 95% paired-bootstrap interval and p-value (:func:`simcse.evaluation.intervals.paired_bootstrap`).
+
+    Returns:
+        ``{task: {part: Difference, ..., "all": {"all": Difference, "mean": ..., "wmean": ...}}}`` (fractions).
+    """
+    check_resamples(n_resamples, "n_resamples")
+    a = sts_scores(encode_a, tasks, data_dir, mode)
+    b = sts_scores(encode_b, tasks, data_dir, mode)
+    return {t: paired_bootstrap(a[t], b[t], n_resamples, seed) for t in a}
 
 
 @functools.lru_cache(maxsize=8)

@@ -44,14 +44,34 @@ def table_values(results: dict, mode: str = "test") -> dict[str, dict[str, float
     return out
 
 
-def format_table(values: dict[str, float]) -> str:
-    """A boxed text table: one header row of names, one row of ``%.2f`` values."""
-    cells = [(k, f"{v:.2f}") for k, v in values.items()]
-    widths = [max(len(a), len(b)) for a, b in cells]
+def table_intervals(results: dict, mode: str = "test") -> dict[str, list[float]]:
+    """The 95% bootstrap interval (x 100, 2 decimals) of each STS column that carries one
+    (``evaluate(..., bootstrap=N)``): ``{column: [low, high]}``; empty when none was computed."""
+    out: dict[str, list[float]] = {}
+    for task in DEV_STS_COLUMNS if mode == "dev" else STS_COLUMNS:
+        res = results.get(task)
+        if res is None:
+            continue
+        split = "dev" if mode == "dev" else "test"
+        ci = res.get(split, {}).get("spearman_ci") if task in DEV_STS_COLUMNS else res["all"].get("spearman_ci", {}).get("all")
+        if ci is not None:
+            out[task] = [round(100 * float(ci[0]), 2), round(100 * float(ci[1]), 2)]
+    return out
+
+
+def format_table(values: dict[str, float], intervals: dict[str, list[float]] | None = None) -> str:
+    """A boxed text table: one header row of names, one row of ``%.2f`` values, and, when ``intervals`` is given,
+    a row of ``low-high`` intervals under them (empty cells for columns without one, such as ``Avg.``)."""
+    cells = [(k, f"{v:.2f}", f"{intervals[k][0]:.2f}-{intervals[k][1]:.2f}" if intervals and k in intervals else "")
+             for k, v in values.items()]
+    widths = [max(len(a), len(b), len(c)) for a, b, c in cells]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    head = "|" + "|".join(f" {a:^{w}} " for (a, _), w in zip(cells, widths)) + "|"
-    row = "|" + "|".join(f" {b:^{w}} " for (_, b), w in zip(cells, widths)) + "|"
-    return "\n".join([rule, head, rule, row, rule])
+    head = "|" + "|".join(f" {a:^{w}} " for (a, _, _), w in zip(cells, widths)) + "|"
+    row = "|" + "|".join(f" {b:^{w}} " for (_, b, _), w in zip(cells, widths)) + "|"
+    lines = [rule, head, rule, row]
+    if intervals:
+        lines.append("|" + "|".join(f" {c:^{w}} " for (_, _, c), w in zip(cells, widths)) + "|")
+    return "\n".join(lines + [rule])
 
 
 def format_dims_table(by_dim: dict, mode: str = "test") -> str:
@@ -91,4 +111,8 @@ def format_tables(results: dict, mode: str = "test", classifier: str = "senteval
     if mode == "dev":
         titles = {"sts": "STS dev (Spearman x 100)", "transfer": "Transfer (dev accuracy)"}
     notes = table_notes(mode, classifier)
-    return "\n".join(f"------ {mode} : {titles[k]} ------\n{notes[k]}\n{format_table(v)}" for k, v in values.items())
+    intervals = {"sts": table_intervals(results, mode)}
+    if intervals["sts"]:
+        notes["sts"] += "; second row: 95% bootstrap interval (pairs resampled; STS12-16 within each subset)"
+    return "\n".join(f"------ {mode} : {titles[k]} ------\n{notes[k]}\n{format_table(v, intervals.get(k))}"
+                     for k, v in values.items())
