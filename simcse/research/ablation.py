@@ -161,8 +161,8 @@ def row_argv(row: dict, opts, out_dir: Path) -> list[str]:
     if not opts.paper_scale:
         cfg.update(CPU_SCHEDULE)
     argv = []
-    for k, v in cfg.items():
-        argv += [f"--{k}", str(v)]
+    for k, v in cfg.items():  # a JSON object or list (a config's "loss_args") stays JSON on the command line
+        argv += [f"--{k}", json.dumps(v) if isinstance(v, (dict, list)) else str(v)]
     return argv + list(opts.train_args)
 
 

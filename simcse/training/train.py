@@ -18,7 +18,7 @@ from simcse.training.parser import DATA_SOURCE_KEYS, parse_args, parse_command_l
 
 logger = logging.getLogger("simcse.training.train")
 __all__ = ["DATA_SOURCE_KEYS", "SetupError", "build", "build_trainer", "main", "parse_args", "resume_command",
-           "run_command"]
+           "run_command", "run_training"]
 
 
 def build_trainer(model_args, data_args, training_args, run_command: str | None = None):
@@ -37,12 +37,38 @@ def build_trainer(model_args, data_args, training_args, run_command: str | None 
     from transformers import set_seed
 
     try:
-        check_output_dir(training_args.output_dir, data_args.overwrite_output_dir,
+        check_output_dir(training_args.output_dir,
+                         bool(data_args.overwrite_output_dir or getattr(training_args, "overwrite_output_dir", False)),
                          bool(training_args.resume_from_checkpoint))
     except ValueError as e:
         raise SetupError(str(e)) from e
     set_seed(training_args.seed)
     return build(model_args, data_args, training_args, run_command)
+
+
+def run_training(model_args, data_args, training_args, run_command: str | None = None, argv: list[str] | None = None
+                 ) -> dict:
+    """The whole of ``simcse train`` from Python: :func:`build_trainer`, then what the command runs around
+    ``train()``: the STS-B/SICK-R dev evaluation before training (``eval_before_training``), training, the final
+    save, the evaluation after training, the test evaluation (``test_after_training``), ``simcse_results.json``,
+    the model card and the printed ``[simcse]`` lines. The arguments are the three dataclasses
+    (:class:`~simcse.training.arguments.ModelArguments`, :class:`~simcse.training.arguments.DataTrainingArguments`,
+    :class:`~simcse.training.training_args.SimCSETrainingArguments`); nothing of them is changed.
+
+    ``run_command``: the shell command recorded in checkpoints (None: none); ``argv``: the command line a resume
+    line is printed with (None: none).
+
+    Returns:
+        ``{"before": dev metrics, "train": {...}, "after": dev metrics, "test": test metrics}`` (the sections that
+        ran), as ``simcse_results.json``.
+
+    Raises:
+        SetupError: a bad option or input, in one line, before training starts.
+        GradCacheError: a loss that gradient caching cannot train (at the first step).
+        WriteError: a checkpoint, the model or the results could not be written.
+    """
+    trainer = build_trainer(model_args, data_args, training_args, run_command)
+    return _run(trainer, list(argv or []), model_args, data_args, training_args)
 
 
 def _corr(value) -> float:
@@ -196,7 +222,8 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
         with writing("the model card", training_args.output_dir):
             card_after_training(training_args.output_dir, (model_args, data_args, training_args), results,
                                 model_name=training_args.hub_model_id if training_args.push_to_hub else None,
-                                base_model=hub_model_id(model_args.model_name_or_path))
+                                base_model=hub_model_id(model_args.model_name_or_path),
+                                objective=trainer.objective.describe())
         if not data_args.keep_checkpoints:  # the final model is saved: the folder keeps the model only
             remove_checkpoints(training_args.output_dir)
     if training_args.push_to_hub:

@@ -5,6 +5,9 @@ name; :func:`get_objective` looks one up (an unknown name is refused with the li
 pooler registry does); :func:`build_objective` constructs one from ``--loss_args``. The built-in objectives
 are registered when this package is imported; an objective defined anywhere else (a notebook, a test file, a
 user package) registers itself the same way and is then available to ``simcse train --loss`` in that process.
+Objectives outside the package are also found without registering: ``--loss package.module:ClassName`` imports
+the class, and an installed package may list its objectives under the entry-point group ``simcse.objectives``
+(``[project.entry-points."simcse.objectives"] dcl = "my_pkg.dcl:DCL"``), found by name.
 """
 from __future__ import annotations
 
@@ -41,16 +44,62 @@ def register_objective(cls: type[Objective] | None = None, *, name: str | None =
     return deco(cls) if cls is not None else deco
 
 
+ENTRY_POINT_GROUP = "simcse.objectives"
+
+
 def get_objective(name: str) -> type[Objective]:
-    """The registered objective class ``name``.
+    """The objective class ``name``: a registered name (the built-ins, and anything registered in this process),
+    the name of an installed package's entry point in the ``simcse.objectives`` group, or an import spec
+    ``package.module:ClassName`` (imported, checked and registered under that spec).
 
     Raises:
-        ValueError: ``name`` is not registered; the message lists the valid names.
+        ValueError: ``name`` is none of these (the message lists the valid names and the spec form), or a spec
+            whose module cannot be imported or whose attribute is not an :class:`Objective` subclass.
     """
     _load_builtins()
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown --loss {name!r}; expected one of {sorted(OBJECTIVES)}")
-    return OBJECTIVES[name]
+    if name in OBJECTIVES:
+        return OBJECTIVES[name]
+    if isinstance(name, str) and ":" in name:
+        return _import_spec(name)
+    found = _entry_points().get(name)
+    if found is not None:
+        cls = _check_class(found.load(), f"the entry point {name!r} ({found.value}, group {ENTRY_POINT_GROUP})")
+        OBJECTIVES[name] = cls
+        return cls
+    raise ValueError(f"unknown --loss {name!r}; expected one of {sorted(set(OBJECTIVES) | set(_entry_points()))}, "
+                     "or an objective class as package.module:ClassName")
+
+
+def _check_class(obj, where: str) -> type[Objective]:
+    if not (isinstance(obj, type) and issubclass(obj, Objective)):
+        raise ValueError(f"--loss {where} is {obj!r}, not a subclass of simcse.training.objectives.Objective")
+    return obj
+
+
+def _import_spec(spec: str) -> type[Objective]:
+    """``package.module:ClassName`` -> the class, imported and registered under ``spec``."""
+    import importlib
+
+    module_name, _, qualname = spec.partition(":")
+    if not module_name or not qualname:
+        raise ValueError(f"--loss {spec!r}: expected package.module:ClassName")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"--loss {spec!r}: cannot import {module_name!r} ({e}); is it installed or on PYTHONPATH?") from None
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"--loss {spec!r}: module {module_name!r} has no {qualname!r}")
+        obj = getattr(obj, part)
+    OBJECTIVES[spec] = _check_class(obj, repr(spec))
+    return OBJECTIVES[spec]
+
+
+def _entry_points() -> dict:
+    """Installed packages' objectives: ``{name: EntryPoint}`` of the ``simcse.objectives`` group."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def parse_loss_args(loss_args) -> dict:

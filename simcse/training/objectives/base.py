@@ -4,8 +4,8 @@ An objective is an ``nn.Module`` (as a sentence-transformers loss is). The train
 batch in one pass and hands the (B, V, H) embeddings to :meth:`Objective.loss`; everything else an objective
 needs it declares as class attributes (checked once, at setup, before anything expensive) or owns as
 submodules and buffers (a momentum encoder, a queue, a discriminator), which the trainer trains (parameters
-with ``requires_grad``), moves to the device, saves in every checkpoint (``objective.safetensors`` plus
-``get_extra_state()``) and restores on resume, but never writes into the inference folder.
+with ``requires_grad``), moves to the device, saves in every checkpoint (``objective_state.pt``: its state dict,
+``get_extra_state()`` included, one file per process) and restores on resume, but never writes into the inference folder.
 
 Views are numbered from 0: view 0 the queries (anchors), view 1 the positives, views 2.. negatives.
 A one-sentence row (``sent0`` only) is repeated :attr:`Objective.single_view_copies` times by the collator, so
@@ -162,8 +162,43 @@ class Objective(nn.Module):
 
     Constructor keyword arguments are the objective's hyperparameters (``--loss_args '{json}'``); a subclass
     validates them in ``__init__`` and raises ``ValueError`` naming the bad key. :meth:`get_config_dict`
-    returns them (recorded in the run's card and checkpoints).
+    returns them (recorded in the run's card and ``simcse_training_args.json``); by default, every argument the
+    constructor was called with, defaults filled in. ``citation`` (a BibTeX string, as sentence-transformers'
+    losses carry) is printed in the model card of a run trained with it.
     """
+
+    citation: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs):
+        """Record the arguments of each construction (:meth:`get_config_dict`'s default): the outermost
+        ``__init__`` of a subclass chain binds them, defaults applied, before it runs."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_records_arguments", False):
+            return
+        import functools
+        import inspect
+
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            if "_init_arguments" not in self.__dict__:
+                try:
+                    bound = signature.bind(self, *args, **kw)
+                    bound.apply_defaults()
+                    recorded = {k: v for k, v in list(bound.arguments.items())[1:]
+                                if signature.parameters[k].kind not in (inspect.Parameter.VAR_POSITIONAL,)}
+                    extra = recorded.pop(next((k for k, p in signature.parameters.items()
+                                               if p.kind is inspect.Parameter.VAR_KEYWORD), None), {}) or {}
+                    recorded.update(extra)
+                except TypeError:
+                    recorded = {}
+                object.__setattr__(self, "_init_arguments", recorded)
+            init(self, *args, **kw)
+
+        recording_init._records_arguments = True
+        cls.__init__ = recording_init
 
     name: ClassVar[str] = ""
     input_columns: ClassVar[tuple[str, ...]] = ("sent0",)
@@ -218,8 +253,32 @@ class Objective(nn.Module):
         """Called after every optimizer step (a momentum update, a queue push)."""
 
     def get_config_dict(self) -> dict:
-        """The hyperparameters this objective was built with (JSON-able)."""
-        return {}
+        """The hyperparameters this objective was built with (JSON-able): by default the constructor's arguments as
+        called, defaults filled in (a value JSON cannot hold, such as a module or a function, is given by its
+        ``repr``). Override it to record something else."""
+        return {k: _jsonable(v) for k, v in self.__dict__.get("_init_arguments", {}).items()}
+
+    def parameter_groups(self) -> list[dict]:
+        """Optimizer settings of the objective's own parameters, one dict per group: ``{"params": [names as in
+        named_parameters()], "lr": rate}`` or ``"lr_scale": multiple of --learning_rate``, and ``"weight_decay"``
+        (default: ``--weight_decay``). Each group is an optimizer group of its own, scheduled like the encoder's
+        (warm-up and decay scale every group alike). Gradient clipping (``--max_grad_norm``) stays global, as HF's.
+
+        Default: the one-element parameters (a learned temperature or scale) at the run's rate without weight decay
+        (decaying a log-temperature towards 0 is not a regulariser); every other parameter stays in HF's groups.
+        Override it, e.g. ``return [{"params": ["log_scale"], "lr": 1e-2, "weight_decay": 0.0}]``."""
+        scalars = [n for n, p in self.named_parameters() if p.numel() == 1 and p.requires_grad]
+        return [{"params": scalars, "weight_decay": 0.0}] if scalars else []
+
+    def describe(self) -> dict:
+        """What a model card and ``simcse_training_args.json`` record of the objective: ``{"loss": name, "class":
+        "module:qualname", "loss_args": get_config_dict(), "learned": {name: value}, "citation": str or None}``;
+        ``learned`` holds the objective's own trained scalars (one-element parameters, e.g. a learned temperature)
+        at the time of the call, so the final folder keeps them when the checkpoints are removed."""
+        cls = type(self)
+        learned = {n: float(p.detach().float().reshape(())) for n, p in self.named_parameters() if p.numel() == 1}
+        return {"loss": self.name or cls.__name__, "class": f"{cls.__module__}:{cls.__qualname__}",
+                "loss_args": self.get_config_dict(), "learned": learned, "citation": self.citation}
 
     # ------------------------------------------------------------------ declarations checked at setup
     def check_columns(self, columns: list[str], source: str) -> None:
@@ -244,6 +303,18 @@ class Objective(nn.Module):
             raise ValueError(f"--loss {self.name} needs at least {self.min_batch} examples per batch (in-batch "
                              f"negatives); got per_device_train_batch_size {per_device} x {world} process(es): "
                              f"use per_device_train_batch_size >= {self.min_batch}")
+
+
+def _jsonable(value):
+    """``value`` when JSON holds it as it is (numbers, strings, booleans, None, lists and dicts of them), else its
+    ``repr``."""
+    import json
+
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 class ObjectiveWrapper(Objective):
