@@ -23,7 +23,7 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
     set_config_dropout,
 )
 from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
-                                  quiet_transformers_bars)
+                                  quiet_load_report, quiet_transformers_bars)
 from simcse.models.checkpointing import ActivationCheckpointing
 from simcse.models.decoder import is_bidirectional, is_decoder_config
 from simcse.models.inference import Encoding
@@ -103,7 +103,7 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         """
         from transformers import AutoModelForMaskedLM
 
-        with quiet_transformers_bars():
+        with quiet_transformers_bars(), quiet_load_report():  # a missing head is reported below, in one line
             mlm, info = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=trust_remote_code,
                                                              output_loading_info=True)
         base = mlm.base_model

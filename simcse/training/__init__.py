@@ -7,7 +7,8 @@ The Python entry (docs/training.md, "Training from Python")::
     trainer = build_trainer(model_args, data_args, training_args)
     trainer.train()
 
-or with the dataclasses themselves (:class:`ModelArguments`, :class:`DataTrainingArguments`,
+``run_training(model_args, data_args, training_args)`` runs all of ``simcse train`` (evaluations before and after,
+test, ``simcse_results.json``, card, printed lines); or with the dataclasses themselves (:class:`ModelArguments`, :class:`DataTrainingArguments`,
 :class:`SimCSETrainingArguments`). Names are imported on first use (``import simcse.training`` stays light).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ _EXPORTS = {
     "DataTrainingArguments": "simcse.training.arguments",
     "SimCSETrainingArguments": "simcse.training.training_args",
     "build_trainer": "simcse.training.train",
+    "run_training": "simcse.training.train",
     "training_arguments": "simcse.training.parser",
     "parse_args": "simcse.training.parser",
     "SetupError": "simcse.training.build",

@@ -122,7 +122,7 @@ def grad_cache_step(
     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
     extra_loss: Callable[[int, Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor | None] | None = None,
     devices: Iterable[int] | None = None,
-    untrainable: Mapping[str, torch.Tensor] | None = None,
+    loss_params: Mapping[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One GradCache forward/backward over ``chunks``; parameter gradients are *accumulated* into ``.grad``.
 
@@ -144,16 +144,17 @@ def grad_cache_step(
             embeddings) is backpropagated with it, without caching. It runs inside the chunk's restored RNG
             context.
         devices: CUDA devices whose RNG to save/restore; default: the devices of the chunk tensors.
-        untrainable: ``{name: parameter}`` that ``loss_fn`` must not depend on: only ``z``'s gradient is taken
-            from the loss (the encoder is re-run per chunk; nothing else is), so a trainable parameter used inside
-            ``loss_fn`` (a head applied to the whole batch's embeddings) would silently get no gradient.
+        loss_params: ``{name: parameter}`` that ``loss_fn`` may use besides ``z`` (an objective's learned
+            temperature, a head over the whole batch's embeddings): their gradient is taken from the one loss
+            evaluation together with ``z``'s and added to the last chunk's surrogate as ``sum(p * g_p)`` (a term
+            whose gradient is ``g_p``), so ``backward`` accumulates it into ``p.grad`` with the same scaling, and
+            DDP reduces it with the last chunk's gradients: such a parameter trains as it does without caching.
 
     Returns:
         The loss (detached, float32 scalar) -- the value of ``loss_fn`` (the extra losses are not included).
 
     Raises:
         ValueError: no chunks, or ``encode`` returned a batch dimension different from the chunk's.
-        GradCacheError: ``loss_fn`` gives a gradient to one of ``untrainable`` (naming them).
 
     Equality with the uncached gradient holds when ``encode`` is a deterministic function of its input and the
     RNG state (dropout). Modules whose forward pass mutates state (BatchNorm running statistics) would see
@@ -178,15 +179,11 @@ def grad_cache_step(
     # loss on the whole batch and its gradient w.r.t. the embeddings (the "cache")
     z = torch.cat(reps, dim=0).detach().float().requires_grad_(True)
     del reps
-    watched = dict(untrainable or {})
+    watched = [p for p in (loss_params or {}).values() if p.requires_grad]
     with torch.enable_grad():
         loss = loss_fn(z)
-        grad, *others = torch.autograd.grad(loss, [z, *watched.values()], allow_unused=True)
-    used = [name for name, g in zip(watched, others) if g is not None]
-    if used:
-        raise GradCacheError(f"gradient caching cannot train parameters used in the loss on the whole batch "
-                         f"({', '.join(used[:3])}{', ...' if len(used) > 3 else ''}): only the encoder is re-run per chunk; "
-                         "unset --gradient_cache_chunk_size, or compute that term per chunk")
+        grad, *others = torch.autograd.grad(loss, [z, *watched], allow_unused=True)
+    carried = [(p, g.detach()) for p, g in zip(watched, others) if g is not None]
     grads = grad.split([next(iter(c.values())).shape[0] for c in chunks], dim=0)
 
     # pass 2: replay each chunk with autograd and the same dropout masks; backprop the cached gradient
@@ -201,6 +198,8 @@ def grad_cache_step(
                     extra = extra_loss(i, chunk, rep)
                     if extra is not None:
                         surrogate = surrogate + extra
+                if i == last and carried:  # the loss's own parameters: d(sum(p * g_p))/dp = g_p
+                    surrogate = surrogate + sum((p.float() * g.float()).sum() for p, g in carried)
             backward(surrogate)
     return loss.detach()
 

@@ -182,12 +182,14 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     if data_args.eval_before_training:
         results["before"] = trainer.evaluate()
         _print_metrics(f"before training (dev; the starting model with pooler {model_args.pooler_type})", results["before"])
+    start = _checkpoint_step(training_args.resume_from_checkpoint)
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if _stopped_by_signal(trainer, argv, training_args):
         sys.exit(EXIT_PREEMPTED)
     m = out.metrics
     examples_per_s = m.get("train_samples_per_second", 0.0)
-    print(f"[simcse] trained {out.global_step} steps in {m.get('train_runtime', 0.0):.0f} s "
+    resumed = f" (steps {start + 1}-{out.global_step}, resumed from step {start})" if start else ""
+    print(f"[simcse] trained {out.global_step - start} steps{resumed} in {m.get('train_runtime', 0.0):.0f} s "
           f"({examples_per_s:.1f} training examples/s, {m.get('train_steps_per_second', 0.0):.3f} steps/s)", flush=True)
     results["train"] = {"steps": out.global_step, **{k: float(v) for k, v in m.items() if isinstance(v, (int, float))}}
     with writing("the trained model", training_args.output_dir):
@@ -231,6 +233,16 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     if training_args.should_save:
         _print_next_steps(training_args.output_dir, data_args.keep_checkpoints)
     return results
+
+
+def _checkpoint_step(checkpoint) -> int:
+    """The optimizer steps a checkpoint folder had done (its ``trainer_state.json``); 0 without one."""
+    if not checkpoint or not isinstance(checkpoint, (str, Path)):
+        return 0
+    try:
+        return int(json.loads((Path(checkpoint) / "trainer_state.json").read_text()).get("global_step", 0))
+    except (OSError, ValueError):
+        return 0
 
 
 def _print_gain(results: dict) -> None:

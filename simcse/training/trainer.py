@@ -215,7 +215,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
             no_sync=lambda: self.accelerator.no_sync(model),
             extra_loss=chunk_term,
             devices=devices,
-            untrainable={f"--loss {self.objective.name}: {n}": p for n, p in self.objective.named_parameters() if p.requires_grad},
+            loss_params=dict(self.objective.named_parameters()),
         )
         if extra_parts:  # report the same total as compute_loss
             loss = loss + torch.stack(extra_parts).sum()

@@ -193,11 +193,15 @@ def test_header_only_csv_names_the_file(tmp_path, tiny_bert_dir):
     assert "header.csv" in msg
 
 
-def test_do_mlm_without_mlm_head_is_a_clear_error(tmp_path, tiny_bert_dir, train_txt):
+def test_do_mlm_without_mlm_head_is_a_clear_error(tmp_path, tiny_bert_dir, train_txt, capfd, caplog):
     # tiny_bert_dir holds a bare BertModel: no masked-LM head
+    capfd.readouterr()
+    caplog.set_level("INFO")
     msg = _error(_argv(tiny_bert_dir, train_txt, tmp_path / "out", "--do_mlm", "true"))
     assert "masked-LM head" in msg and str(tiny_bert_dir) in msg
     assert not (tmp_path / "out").exists()
+    printed = "".join(capfd.readouterr()) + caplog.text
+    assert "LOAD REPORT" not in printed and "MISSING" not in printed  # the error is not buried under transformers' table
 
 
 def test_do_mlm_trains_on_a_masked_lm_checkpoint(tmp_path):
@@ -388,3 +392,11 @@ def test_training_on_a_cpu_only_machine_warns_nothing_of_its_own(tmp_path, tiny_
         main(argv)
     ours = [w for w in caught if "pin_memory" in str(w.message) or "gradient_checkpointing" in str(w.message)]
     assert not ours, [str(w.message) for w in ours]
+
+
+def test_a_resumed_run_says_how_many_steps_it_trained(tmp_path, tiny_bert_dir, train_txt, capsys):
+    out = tmp_path / "out"
+    main(_argv(tiny_bert_dir, train_txt, out, "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "2"))
+    assert "[simcse] trained 2 steps in" in capsys.readouterr().out
+    main(_argv(tiny_bert_dir, train_txt, out, "--max_steps", "3", "--resume_from_checkpoint", str(out / "checkpoint-2")))
+    assert "[simcse] trained 1 steps (steps 3-3, resumed from step 2) in" in capsys.readouterr().out
