@@ -271,6 +271,7 @@ def _objective(model_args, tok):
     try:
         return simcse_objective(
             temp=model_args.temp, hard_negative_alpha=model_args.hard_negative_alpha, loss=model_args.loss,
+            hard_negative_given=getattr(model_args, "hard_negative_given", False),
             loss_args=model_args.loss_args, fixed_dropout=model_args.fixed_dropout,
             mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
             mlm_masker=_mlm_masker(tok, model_args.mlm_probability) if model_args.do_mlm else None)
