@@ -171,8 +171,9 @@ class ModelArguments:
         self.hard_negative_weight, self.hard_negative_alpha = float(w), math.exp(w)
 
     def _check_objective(self) -> None:
-        """Build the objective once (random state untouched) so an unknown --loss or a bad --loss_args is
-        refused before anything is loaded."""
+        """Build the objective once, with its wrappers (random state untouched), so an unknown --loss, a bad
+        --loss_args or a wrapper that cannot wrap it (--fixed_dropout, --do_mlm) is refused before anything is
+        loaded."""
         import torch
 
         from simcse.training.objectives import parse_loss_args
@@ -185,7 +186,8 @@ class ModelArguments:
         parse_loss_args(self.loss_args)
         with torch.random.fork_rng(devices=[]):
             objective = simcse_objective(temp=self.temp, hard_negative_alpha=self.hard_negative_alpha, loss=self.loss,
-                                         loss_args=self.loss_args, hard_negative_given=self.hard_negative_given)
+                                         loss_args=self.loss_args, hard_negative_given=self.hard_negative_given,
+                                         fixed_dropout=self.fixed_dropout, mlm_weight=self.mlm_weight if self.do_mlm else 0.0)
         self._record_hard_negative(objective)
 
     @property

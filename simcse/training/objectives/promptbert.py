@@ -49,6 +49,7 @@ class PromptBERT(Objective):
     optional_columns = ("sent1", "hard_neg")
     supports_gather = True  # official cl_forward all-gathers z1, z2 (and z3) with the local rows' gradients
     supports_grad_cache = True  # the prompt and denoising live in the encoder's forward; loss(embeddings) only
+    dropout_views = False  # views 1.. use the second template (--fixed_dropout would drop it)
 
     def __init__(self, template: str = OFFICIAL_BERT_TEMPLATE, template2: str | None = OFFICIAL_BERT_TEMPLATE2,
                  temp: float = 0.05, denoise: bool = True, denoise_at_inference: bool = False,
