@@ -161,6 +161,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     if not isinstance(training_args, SimCSETrainingArguments):
         raise SetupError(f"training_args must be a SimCSETrainingArguments (simcse.training), got "
                          f"{type(training_args).__name__}")
+    training_args = with_values(training_args)  # the run's own copy: the trainer sets fields on it (DDP defaults)
     if training_args.dataloader_pin_memory and not torch.cuda.is_available():
         # pinned host memory only helps copies to an accelerator; without one torch warns at every DataLoader
         training_args = with_values(training_args, dataloader_pin_memory=False)

@@ -1,0 +1,219 @@
+"""What an objective, its wrappers and the options around it may be combined with, refused at setup in one line
+(docs/reliability.md, "Composing objectives, wrappers and options"): each test is one fault that used to train the
+wrong thing silently, or die late; here it is refused (or supported) before anything is loaded or trained."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from conftest import random_sentences, training_error
+
+
+def _args(**options):
+    from simcse.training.parser import training_arguments
+
+    return training_arguments(**options)
+
+
+@pytest.fixture
+def txt(tmp_path):
+    p = tmp_path / "train.txt"
+    p.write_text("\n".join(random_sentences(24, seed=3)) + "\n")
+    return p
+
+
+def _csv(path, header, n=24, cell=None):
+    """A CSV of ``header`` columns (text; a ``score`` column numeric); ``cell``: {(row, column): value}."""
+    cols = [random_sentences(n, seed=10 + i) for i in range(len(header))]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for r in range(n):
+            row = [f"{r % 5}.0" if c == "score" else cols[i][r] for i, c in enumerate(header)]
+            for (rr, c), v in (cell or {}).items():
+                if rr == r:
+                    row[header.index(c)] = v
+            w.writerow(row)
+    return path
+
+
+def _argv(model, train, out, *extra):
+    return ["--model_name_or_path", str(model), "--train_file", str(train), "--output_dir", str(out),
+            "--pooler_type", "avg", "--per_device_train_batch_size", "4", "--max_steps", "1", "--use_cpu", "true",
+            "--eval_strategy", "no", "--eval_before_training", "false", "--test_after_training", "false",
+            "--report_to", "none", "--dataloader_pin_memory", "false", "--save_on_signal", "none", *extra]
+
+
+# ------------------------------------------------------------------------------------------ wrappers over methods
+@pytest.mark.parametrize("inner", ["esimcse", "diffcse", "infocse", "simcse_pp"])
+def test_matryoshka_refuses_an_objective_that_needs_the_full_width(txt, inner):
+    with pytest.raises(Exception, match=f"--loss matryoshka cannot wrap --loss {inner}: its loss needs the full "
+                                        "embedding width"):
+        _args(model_name_or_path="m", train_file=str(txt), output_dir="o", loss="matryoshka",
+              loss_args=json.dumps({"loss": inner, "matryoshka_dims": [32, 16]}))
+
+
+def test_layer_wrappers_refuse_a_loss_that_records_state_per_call():
+    from simcse.training.objectives.compose import simcse_objective
+
+    for wrapper in ("adaptive_layer", "2d_matryoshka"):
+        with pytest.raises(ValueError, match="cannot wrap --loss esimcse: its loss"):
+            simcse_objective(loss=wrapper, loss_args={"loss": "esimcse", "matryoshka_dims": [32, 16]}
+                             if wrapper == "2d_matryoshka" else {"loss": "esimcse"})
+
+
+def test_builtin_declarations_follow_the_wrapper_contract():
+    """Every built-in objective whose loss is called by Matryoshka is pure under repeated calls on prefixes:
+    two calls on the same embeddings give the same value and leave no per-call state (the documented contract)."""
+    import torch
+
+    from simcse.training.objectives import LossContext, get_objective
+    from simcse.training.objectives.base import Objective
+
+    for name in ("infonce", "mixcse", "cosent", "angle"):
+        obj = get_objective(name)()
+        assert obj.prefix_embeddings and obj.repeatable_loss
+        emb = torch.nn.functional.normalize(torch.randn(6, 2, 16, generator=torch.Generator().manual_seed(0)), dim=-1)
+        batch = {"score": torch.arange(6, dtype=torch.float32)}
+        ctx = LossContext(model=torch.nn.Linear(1, 1))
+        first, second = obj.loss(emb[..., :8], batch, ctx), obj.loss(emb[..., :8], batch, ctx)
+        a = sum(first.values()) if isinstance(first, dict) else first
+        b = sum(second.values()) if isinstance(second, dict) else second
+        assert torch.equal(a, b), name
+    assert not get_objective("esimcse").repeatable_loss and Objective.repeatable_loss
+
+
+@pytest.mark.parametrize("loss, extra", [("esimcse", {}), ("promptbert", {"pooler_type": "prompt_mask"})])
+def test_fixed_dropout_refuses_a_method_with_its_own_positive_view(txt, loss, extra):
+    with pytest.raises(Exception, match=f"--fixed_dropout cannot wrap --loss {loss}: it makes its own positive view"):
+        _args(model_name_or_path="m", train_file=str(txt), output_dir="o", loss=loss, fixed_dropout=True, **extra)
+
+
+def test_matryoshka_refuses_a_dimension_listed_twice():
+    from simcse.training.objectives.compose import simcse_objective
+
+    with pytest.raises(ValueError, match=r"matryoshka_dims for --loss matryoshka lists \[16\] more than once"):
+        simcse_objective(loss="matryoshka", loss_args={"matryoshka_dims": [32, 16, 16]})
+
+
+def test_hard_negative_weight_reaches_the_argument_of_that_name_and_is_recorded_as_trained(txt):
+    from simcse.training.build import _objective
+
+    common = dict(model_name_or_path="m", train_file=str(txt), output_dir="o")
+    for loss, extra in (("mixcse", {}), ("promptbert", {"pooler_type": "prompt_mask"})):
+        m, _, _ = _args(loss=loss, hard_negative_weight=0.2, **common, **extra)
+        assert _objective(m, None).hard_negative_weight == pytest.approx(0.2), loss
+    # the loss_args value is what trains: the record (and so the card) says it
+    m, _, _ = _args(loss="mixcse", loss_args='{"hard_negative_weight": 0.5}', **common)
+    assert m.hard_negative_weight == pytest.approx(0.5) and _objective(m, None).hard_negative_weight == 0.5
+    with pytest.raises(Exception, match="disagree: give the weight once"):
+        _args(loss="mixcse", loss_args='{"hard_negative_weight": 0.0}', hard_negative_weight=0.2, **common)
+    with pytest.raises(Exception, match="--loss cosent has no hard-negative weight"):
+        _args(loss="cosent", hard_negative_weight=0.2, **common)
+    m, _, _ = _args(loss="cosent", **common)
+    assert m.hard_negative_weight is None  # nothing of the kind trained
+    # through a wrapper, to the objective it wraps
+    m, _, _ = _args(loss="matryoshka", loss_args='{"matryoshka_dims": [32, 16]}', hard_negative_alpha=2.0, **common)
+    assert _objective(m, None).inner.hard_negative_alpha == 2.0
+
+
+def test_hard_negative_weight_reaches_a_custom_objective(txt):
+    import torch
+
+    from simcse.training.build import _objective
+    from simcse.training.objectives import OBJECTIVES, Objective, register_objective
+
+    class Weighted(Objective):
+        name = "test_weighted_hn"
+
+        def __init__(self, hard_negative_weight: float = 0.0):
+            super().__init__()
+            self.hard_negative_weight = hard_negative_weight
+
+        def loss(self, embeddings, batch, context):
+            return embeddings.sum() * 0
+
+    register_objective(Weighted, replace=True)
+    try:
+        m, _, _ = _args(model_name_or_path="m", train_file=str(txt), output_dir="o", loss="test_weighted_hn",
+                        hard_negative_weight=0.3)
+        assert _objective(m, None).hard_negative_weight == pytest.approx(0.3)
+    finally:
+        OBJECTIVES.pop("test_weighted_hn", None)
+    del torch
+
+
+@pytest.mark.parametrize("loss", ["esimcse", "mixcse", "simcse_pp"])
+def test_a_triplet_file_is_refused_by_an_objective_that_never_uses_its_hard_negatives(tiny_bert_dir, tmp_path, loss):
+    data = _csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"])
+    msg = training_error(_argv(tiny_bert_dir, data, tmp_path / "o", "--loss", loss))
+    assert f"--loss {loss} does not use the column(s) ['hard_neg']" in msg
+
+
+@pytest.mark.parametrize("loss", ["cosent", "angle"])
+def test_scored_objectives_refuse_a_hard_negative_column_at_setup(tiny_bert_dir, tmp_path, loss):
+    data = _csv(tmp_path / "s.csv", ["sent0", "sent1", "hard_neg", "score"])
+    msg = training_error(_argv(tiny_bert_dir, data, tmp_path / "o", "--loss", loss, "--eval_before_training", "true"))
+    assert f"--loss {loss} does not use the column(s) ['hard_neg']" in msg
+
+
+# ------------------------------------------------------------------------------------------ options and values
+@pytest.mark.parametrize("loss_args", ['{"cosine_tau": NaN}', '{"angle_w": Infinity}', {"ibn_w": -math.inf}])
+def test_non_finite_loss_args_are_refused(loss_args):
+    from simcse.training.objectives.compose import simcse_objective
+
+    with pytest.raises(ValueError, match="must be a finite number"):
+        simcse_objective(loss="angle", loss_args=loss_args)
+
+
+def test_one_boolean_rule_for_loss_args_and_the_python_entry(txt):
+    from simcse.training.objectives.compose import simcse_objective
+
+    assert simcse_objective(loss="diffcse", loss_args={"batchnorm": "false"}).batchnorm is False
+    assert simcse_objective(loss="infocse", loss_args={"batchnorm": "no"}).batchnorm is False
+    assert simcse_objective(loss="diffcse", loss_args={"batchnorm": "TRUE"}).batchnorm is True
+    with pytest.raises(ValueError, match="--loss_args batchnorm for --loss diffcse must be true or false"):
+        simcse_objective(loss="diffcse", loss_args={"batchnorm": "off-ish"})
+    common = dict(model_name_or_path="m", train_file=str(txt), output_dir="o")
+    m, d, t = _args(do_mlm="false", eval_before_training="0", use_cpu="yes", **common)
+    assert m.do_mlm is False and d.eval_before_training is False and t.use_cpu is True
+    with pytest.raises(Exception, match="--do_mlm must be true or false"):
+        _args(do_mlm="maybe", **common)
+    with pytest.raises(Exception, match="--fp16 must be true or false"):
+        _args(fp16=2, **common)
+
+
+def test_command_line_booleans_follow_the_same_rule():
+    from simcse.training.build import SetupError
+    from simcse.training.parser import parse_command_line
+
+    assert parse_command_line(["--do_mlm", "yes"]).options["do_mlm"] is True
+    with pytest.raises(SetupError, match="must be true or false"):
+        parse_command_line(["--do_mlm", "maybe"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-Infinity"])
+def test_a_non_finite_score_is_refused_naming_file_and_line(tiny_bert_dir, tmp_path, value):
+    data = _csv(tmp_path / "s.csv", ["sent0", "sent1", "score"], cell={(2, "score"): value})
+    msg = training_error(_argv(tiny_bert_dir, data, tmp_path / "o", "--loss", "cosent"))
+    assert str(data) in msg and f"column 'score' of line 4 is {value!r}; expected a finite number" in msg
+
+
+def test_build_trainer_leaves_the_callers_arguments_unchanged(tiny_bert_dir, txt, tmp_path):
+    import copy
+
+    from simcse.training.train import build_trainer
+
+    m, d, t = _args(model_name_or_path=str(tiny_bert_dir), train_file=str(txt), output_dir=str(tmp_path / "o"),
+                    pooler_type="avg", use_cpu=True, eval_strategy="no", eval_before_training=False,
+                    test_after_training=False, report_to="none", max_steps=1, dataloader_pin_memory=False)
+    before = copy.deepcopy(vars(t))
+    assert t.ddp_find_unused_parameters is None
+    build_trainer(m, d, t)
+    assert t.ddp_find_unused_parameters is None
+    plain = (str, int, float, bool, type(None))
+    assert {k: v for k, v in vars(t).items() if isinstance(v, plain)} == \
+        {k: v for k, v in before.items() if isinstance(v, plain)}
