@@ -6,6 +6,7 @@ checks that fail early (output room, repeated texts, a one-row last batch) and t
 from __future__ import annotations
 
 import logging
+import os
 
 from simcse.training.config import resolve_model_name
 
@@ -180,6 +181,10 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if data_args.streaming:
             _check_streaming(model_args, training_args)
         _check_fsdp_device(training_args)
+        if isinstance(training_args.resume_from_checkpoint, str) and os.path.isdir(training_args.resume_from_checkpoint):
+            from simcse.training.checkpoints import check_resume_objective
+
+            check_resume_objective(training_args.resume_from_checkpoint, model_args.loss)
         model = _load_model(model_args, dropout)
         objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
         if not data_args.include_prompt:
@@ -231,6 +236,12 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if unused:
             raise SetupError(f"--prompts names column(s) {unused} that the training rows do not have (they have "
                              f"{columns}); give prompts for those columns only")
+        for column, prompt in prompts.items():  # truncation keeps the prompt: it must leave room for the text
+            n = len(model.tokenizer(prompt)["input_ids"])
+            if n >= data_args.max_seq_length:
+                raise SetupError(f"--prompts {column}: the prompt is {n} tokens (special tokens included), so "
+                                 f"--max_seq_length {data_args.max_seq_length} cuts every sentence away; use "
+                                 f"--max_seq_length {n + 8} or more, or a shorter prompt")
         model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
         logger.info("prompts %s%s", prompts, " (the sent0 prompt is the saved model's default prompt)" if "sent0" in prompts else "")
     try:
