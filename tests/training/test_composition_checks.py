@@ -217,3 +217,57 @@ def test_build_trainer_leaves_the_callers_arguments_unchanged(tiny_bert_dir, txt
     plain = (str, int, float, bool, type(None))
     assert {k: v for k, v in vars(t).items() if isinstance(v, plain)} == \
         {k: v for k, v in before.items() if isinstance(v, plain)}
+
+
+def test_a_prompt_as_long_as_max_seq_length_is_refused(tiny_bert_dir, txt, tmp_path):
+    long_prompt = " ".join(random_sentences(3, seed=1)) + " : "
+    msg = training_error(_argv(tiny_bert_dir, txt, tmp_path / "o", "--max_seq_length", "8",
+                               "--prompts", json.dumps({"sent0": long_prompt})))
+    assert "--prompts sent0: the prompt is" in msg and "--max_seq_length 8 cuts every sentence away" in msg
+
+
+# ------------------------------------------------------------------------------------------ resume
+def test_resuming_with_another_loss_is_refused_at_setup(tiny_bert_dir, txt, tmp_path):
+    from conftest import run_training
+
+    out = tmp_path / "o"
+    run_training(_argv(tiny_bert_dir, txt, out, "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1"))
+    ck = out / "checkpoint-1"
+    assert json.loads((ck / "simcse_objective.json").read_text())["loss"] == "infonce"
+    msg = training_error(_argv(tiny_bert_dir, txt, out, "--max_steps", "2", "--loss", "mixcse",
+                               "--resume_from_checkpoint", str(ck)))
+    assert f"--resume_from_checkpoint {str(ck)!r} was written by a run with --loss infonce; this run has --loss mixcse" in msg
+
+
+@pytest.mark.parametrize("written, world", [(1, 2), (2, 1)])
+def test_objective_state_of_another_process_count_names_the_true_reason(tmp_path, written, world):
+    import types
+
+    import torch
+
+    from simcse.training.checkpoints import CheckpointHooks
+
+    names = ["objective_state.pt"] if written == 1 else [f"objective_state_{r}.pt" for r in range(written)]
+    for n in names:
+        torch.save({}, tmp_path / n)
+    obj = types.SimpleNamespace(name="esimcse", state_dict=lambda: {"queue": torch.zeros(1)})
+    trainer = types.SimpleNamespace(objective=obj, args=types.SimpleNamespace(process_index=0, world_size=world))
+    with pytest.raises(ValueError, match=f"per-process state .* of {written} process\\(es\\), and this run has {world}"):
+        CheckpointHooks._load_objective_state(trainer, str(tmp_path))
+
+
+def test_python_dash_m_simcse_train_records_a_resume_command_with_train(monkeypatch):
+    import sys
+
+    from simcse.files.errors import running_command
+    from simcse.training.train import resume_command, run_command
+
+    monkeypatch.setattr(sys, "argv", ["/x/site-packages/simcse/__main__.py", "train", "--max_steps", "3"])
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with running_command("train"):
+        assert run_command(["--max_steps", "3"]) == "python -m simcse train --max_steps 3"
+        assert resume_command(["--max_steps", "3"], "o/checkpoint-2") == \
+            "python -m simcse train --max_steps 3 --resume_from_checkpoint o/checkpoint-2"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with running_command("train"):
+        assert run_command(["--max_steps", "3"]) == "torchrun --nproc_per_node=2 -m simcse train --max_steps 3"
