@@ -189,6 +189,9 @@ class ModelArguments:
                                          loss_args=self.loss_args, hard_negative_given=self.hard_negative_given,
                                          fixed_dropout=self.fixed_dropout, mlm_weight=self.mlm_weight if self.do_mlm else 0.0)
         self._record_hard_negative(objective)
+        if self.lora_r is not None and not objective.supports_lora:
+            raise ValueError(f"--loss {self.loss} does not train with LoRA (--lora_r): its state holds a copy of the "
+                             "whole encoder, frozen base included; train all weights (drop --lora_r)")
 
     @property
     def hard_negative_given(self) -> bool:

@@ -204,11 +204,11 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
     if model_args.lora_r is not None:
-        from simcse.models.lora import apply_lora
+        from simcse.models.lora import apply_lora, base_reference
 
         try:
             model.encoder = apply_lora(model.encoder, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout,
-                                       model_args.lora_target_modules)
+                                       model_args.lora_target_modules, base_model=base_reference(model_args.model_name_or_path))
         except ValueError as e:
             raise SetupError(str(e)) from e
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

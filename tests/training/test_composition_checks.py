@@ -271,3 +271,72 @@ def test_python_dash_m_simcse_train_records_a_resume_command_with_train(monkeypa
     monkeypatch.setenv("WORLD_SIZE", "2")
     with running_command("train"):
         assert run_command(["--max_steps", "3"]) == "torchrun --nproc_per_node=2 -m simcse train --max_steps 3"
+
+
+# ------------------------------------------------------------------------------------------ LoRA and decoders
+def _decoder_common(train):
+    return ["--train_file", str(train), "--per_device_train_batch_size", "8", "--max_steps", "1",
+            "--learning_rate", "1e-3", "--use_cpu", "true", "--eval_strategy", "no", "--save_strategy", "no",
+            "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none",
+            "--dataloader_pin_memory", "false", "--seed", "0", "--pooler_type", "avg", "--save_on_signal", "none"]
+
+
+def _adapter_base(folder) -> str:
+    return json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+
+
+@pytest.mark.slow
+def test_llm2vec_lora_chain_records_the_true_base_and_merges(tmp_path, txt):
+    import torch
+
+    from conftest import run_training
+    from decoder_models import make_tiny_decoder
+    from simcse import SimCSE
+
+    pytest.importorskip("peft")
+    folder = make_tiny_decoder(tmp_path / "llama", "llama")
+    common = _decoder_common(txt)
+    run_training(["--model_name_or_path", str(folder), "--output_dir", str(tmp_path / "mntp"), "--bidirectional", "true",
+                  "--loss", "mntp", "--lora_r", "4", *common])
+    assert _adapter_base(tmp_path / "mntp") == str(folder.resolve())
+    trained = run_training(["--model_name_or_path", str(tmp_path / "mntp"), "--output_dir", str(tmp_path / "simcse"),
+                            "--lora_r", "4", *common])
+    assert _adapter_base(tmp_path / "simcse") == str((tmp_path / "mntp").resolve())
+    sentences = ["a man plays music .", "the dog runs in the park ."]
+    with torch.no_grad():
+        want = trained.model.eval().encode(sentences)
+    got = SimCSE(str(tmp_path / "simcse")).encode(sentences, normalize_to_unit=False)
+    assert torch.allclose(torch.as_tensor(got), torch.as_tensor(want), atol=1e-5)
+    run_training(["--model_name_or_path", str(tmp_path / "mntp"), "--output_dir", str(tmp_path / "merged"),
+                  "--lora_r", "4", "--merge_lora", "true", *common])
+    assert (tmp_path / "merged" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_an_adapter_from_a_relative_model_path_records_the_absolute_path(tmp_path, txt, monkeypatch):
+    from conftest import run_training
+    from decoder_models import make_tiny_decoder
+
+    pytest.importorskip("peft")
+    make_tiny_decoder(tmp_path / "llama", "llama")
+    monkeypatch.chdir(tmp_path)
+    run_training(["--model_name_or_path", "llama", "--output_dir", "out", "--lora_r", "4", *_decoder_common(txt)])
+    assert _adapter_base(tmp_path / "out") == str((tmp_path / "llama").resolve())
+
+
+def test_esimcse_with_lora_is_refused(txt):
+    with pytest.raises(Exception, match="--loss esimcse does not train with LoRA"):
+        _args(model_name_or_path="m", train_file=str(txt), output_dir="o", loss="esimcse", lora_r=4)
+
+
+@pytest.mark.slow
+def test_mntp_on_a_folder_without_an_lm_head_is_refused(tmp_path, txt):
+    from conftest import run_training
+    from decoder_models import make_tiny_decoder
+
+    folder = make_tiny_decoder(tmp_path / "llama", "llama")  # an untied head
+    common = _decoder_common(txt)
+    run_training(["--model_name_or_path", str(folder), "--output_dir", str(tmp_path / "simcse"), *common])
+    msg = training_error(["--model_name_or_path", str(tmp_path / "simcse"), "--output_dir", str(tmp_path / "again"),
+                          "--bidirectional", "true", "--loss", "mntp", *common])
+    assert "--loss mntp predicts tokens with the model's LM head" in msg and "has none" in msg

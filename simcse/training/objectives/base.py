@@ -180,6 +180,8 @@ class Objective(nn.Module):
         repeatable_loss: :meth:`loss` may run several times per step on the same batch (see "Wrappers" below);
             False for a loss that records per-step state in ``loss`` (ESimCSE queues its momentum embeddings):
             the wrappers that call ``loss`` more than once refuse it.
+        supports_lora: the objective trains with LoRA adapters (``--lora_r``); False is refused at setup (ESimCSE's
+            momentum encoder is a copy of the whole backbone, frozen base included, in every checkpoint).
 
     Wrappers (:class:`ObjectiveWrapper`: ``--loss matryoshka``/``adaptive_layer``/``2d_matryoshka``,
     ``--fixed_dropout``, ``--do_mlm``) call the inner objective's :meth:`prepare_batch`, :meth:`embed`,
@@ -212,6 +214,7 @@ class Objective(nn.Module):
     dropout_views: ClassVar[bool] = True
     prefix_embeddings: ClassVar[bool] = True
     repeatable_loss: ClassVar[bool] = True
+    supports_lora: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ lifecycle
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> Mapping[str, torch.Tensor]:
@@ -313,7 +316,7 @@ class ObjectiveWrapper(Objective):
         self.inner = inner
         for attr in ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
                      "supports_gather", "supports_grad_cache", "needs_text", "dropout_views", "prefix_embeddings",
-                     "repeatable_loss"):
+                     "repeatable_loss", "supports_lora"):
             if attr not in type(self).__dict__:  # a wrapper's own declaration wins
                 setattr(self, attr, getattr(inner, attr))
         if "name" not in type(self).__dict__:

@@ -65,6 +65,7 @@ class ESimCSE(Objective):
     supports_grad_cache = True
     dropout_views = False  # view 1 is its own word-repeated copy (--fixed_dropout would drop it)
     prefix_embeddings = repeatable_loss = False  # the queue holds full-width embeddings, pushed from loss()
+    supports_lora = False  # the momentum copy would hold the whole frozen base, in every adapter-only checkpoint
 
     def __init__(self, temp: float = 0.05, momentum: float = 0.995, neg_size: int = 160, dup_rate: float = 0.32):
         super().__init__()
