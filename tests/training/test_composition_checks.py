@@ -340,3 +340,38 @@ def test_mntp_on_a_folder_without_an_lm_head_is_refused(tmp_path, txt):
     msg = training_error(["--model_name_or_path", str(tmp_path / "simcse"), "--output_dir", str(tmp_path / "again"),
                           "--bidirectional", "true", "--loss", "mntp", *common])
     assert "--loss mntp predicts tokens with the model's LM head" in msg and "has none" in msg
+
+
+# ------------------------------------------------------------------------------------------ several processes
+def test_matryoshka_draws_are_the_same_on_every_rank():
+    import torch
+
+    from simcse.training.objectives import LossContext
+    from simcse.training.objectives.compose import simcse_objective
+    from simcse.training.objectives.matryoshka import _draw
+
+    obj = simcse_objective(loss="matryoshka", loss_args={"matryoshka_dims": [32, 16, 8, 4], "n_dims_per_step": 1})
+    emb = torch.randn(4, 2, 32, generator=torch.Generator().manual_seed(0))
+    for step in range(8):
+        ctx = [LossContext(model=None, rank=r, global_step=step, seed=0) for r in (0, 1)]  # only the rank differs
+        assert obj.loss(emb, {}, ctx[0]).keys() == obj.loss(emb, {}, ctx[1]).keys(), step
+        assert _draw(6, 1, ctx[0], salt=2) == _draw(6, 1, ctx[1], salt=2), step  # 2D Matryoshka's layer draw
+
+
+@pytest.mark.parametrize("loss", ["cosent", "angle"])
+def test_scored_objectives_rank_every_process_pair(loss):
+    """Rank 0 of two processes computes the loss of the whole batch (its pairs and rank 1's), as one process
+    holding all pairs would; before, it ranked its own 4 pairs only."""
+    import torch
+
+    from simcse.training.objectives import LossContext, get_objective
+
+    g = torch.Generator().manual_seed(0)
+    emb, scores = torch.randn(8, 2, 16, generator=g), torch.tensor([0., 5, 1, 4, 2, 3, 5, 0])
+    obj = get_objective(loss)()
+    one = obj.loss(emb, {"score": scores}, LossContext(model=None))
+    ctx = LossContext(model=None, rank=0, world=2, gather=lambda t: torch.cat([t, emb[4:]]),
+                      gather_nograd=lambda t: torch.cat([t, scores[4:]]))
+    two = obj.loss(emb[:4], {"score": scores[:4]}, ctx)
+    total = (lambda x: sum(x.values()) if isinstance(x, dict) else x)
+    assert torch.allclose(total(two), total(one))

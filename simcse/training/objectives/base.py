@@ -154,6 +154,15 @@ class LossContext:
         return int(np.random.SeedSequence([int(self.seed), int(self.global_step), int(self.rank),
                                            *(int(x) for x in salt)]).generate_state(1)[0])
 
+    def shared_seed(self, *salt: int) -> int:
+        """A seed for a draw every rank must make alike (which Matryoshka dimensions or which layers a step
+        trains: the ranks' losses and graphs must agree): from (``seed``, ``global_step``, ``*salt``), without the
+        rank; the same after a resume. Not the same stream as :meth:`draw_seed` for any rank."""
+        import numpy as np
+
+        return int(np.random.SeedSequence([int(self.seed), int(self.global_step), 0x5348, *(int(x) for x in salt)])
+                   .generate_state(1)[0])
+
 
 class Objective(nn.Module):
     """Base class of a training objective (subclass it, then register it with

@@ -46,10 +46,12 @@ def _scalar(value) -> torch.Tensor:
 
 
 def _draw(n: int, k: int, context: LossContext | None, salt: int) -> list[int]:
-    """``k`` of ``range(n)`` (sorted), drawn from (seed, step, rank, salt); all of them when k <= 0 or k >= n."""
+    """``k`` of ``range(n)`` (sorted), drawn from (seed, step, salt) and the same on every rank
+    (:meth:`LossContext.shared_seed`: the processes train the same dimensions and layers); all of them when
+    k <= 0 or k >= n."""
     if k <= 0 or k >= n:
         return list(range(n))
-    g = torch.Generator().manual_seed(0 if context is None else context.draw_seed(salt))
+    g = torch.Generator().manual_seed(0 if context is None else context.shared_seed(salt))
     return sorted(torch.randperm(n, generator=g)[:k].tolist())
 
 
