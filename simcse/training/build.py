@@ -201,6 +201,15 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         raise SetupError(f"--max_seq_length {data_args.max_seq_length} is more than the {limit} tokens the model "
                          f"{model_args.model_name_or_path!r} takes (its position table / tokenizer limit); "
                          f"use --max_seq_length {limit} or less")
+    try:  # rows the objective lengthens (word repetition, a prompt template) must fit the positions too
+        extra = objective.extra_tokens(model, data_args.max_seq_length)
+    except ValueError as e:
+        raise SetupError(str(e)) from e
+    if extra and data_args.max_seq_length + extra > limit:
+        raise SetupError(f"--loss {objective.name} lengthens each row by up to {extra} tokens, so --max_seq_length "
+                         f"{data_args.max_seq_length} gives rows of {data_args.max_seq_length + extra}, more than the "
+                         f"{limit} tokens the model {model_args.model_name_or_path!r} takes; use --max_seq_length "
+                         f"{limit - extra} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
     if model_args.lora_r is not None:

@@ -375,3 +375,12 @@ def test_scored_objectives_rank_every_process_pair(loss):
     two = obj.loss(emb[:4], {"score": scores[:4]}, ctx)
     total = (lambda x: sum(x.values()) if isinstance(x, dict) else x)
     assert torch.allclose(total(two), total(one))
+
+
+@pytest.mark.parametrize("loss, extra", [("esimcse", ["--loss_args", '{"dup_rate": 0.32}']),
+                                         ("promptbert", ["--pooler_type", "prompt_mask"])])
+def test_rows_the_objective_lengthens_must_fit_the_positions(tiny_bert_dir, txt, tmp_path, loss, extra):
+    """The tiny BERT takes 64 tokens: --max_seq_length 64 passes the plain check, but word repetition (up to 9
+    tokens) or PromptBERT's template would index past the position table at a long row."""
+    msg = training_error(_argv(tiny_bert_dir, txt, tmp_path / "o", "--max_seq_length", "64", "--loss", loss, *extra))
+    assert f"--loss {loss} lengthens each row by up to" in msg and "more than the 64 tokens" in msg

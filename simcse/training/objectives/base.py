@@ -271,6 +271,12 @@ class Objective(nn.Module):
         """The hyperparameters this objective was built with (JSON-able)."""
         return {}
 
+    def extra_tokens(self, model: nn.Module, max_seq_length: int) -> int:
+        """Declaration: the most tokens the objective adds to a row of ``max_seq_length`` tokens after the
+        collator's cut (a word-repeated view, a prompt template wrapped around the sentence); setup refuses a
+        ``--max_seq_length`` whose lengthened rows would exceed the model's positions. Default 0."""
+        return 0
+
     # ------------------------------------------------------------------ declarations checked at setup
     def check_columns(self, columns: list[str], source: str) -> None:
         """Refuse training data without the required columns.
@@ -354,3 +360,6 @@ class ObjectiveWrapper(Objective):
 
     def check_batch(self, per_device, world, n_views):
         self.inner.check_batch(per_device, world, n_views)
+
+    def extra_tokens(self, model, max_seq_length):
+        return self.inner.extra_tokens(model, max_seq_length)

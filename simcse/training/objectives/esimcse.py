@@ -85,6 +85,10 @@ class ESimCSE(Objective):
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate}
 
+    def extra_tokens(self, model, max_seq_length: int) -> int:
+        """Word repetition lengthens a row of L tokens by at most ``min(10, int(dup_rate * L)) - 1``."""
+        return max(0, min(10, int(self.dup_rate * max_seq_length)) - 1)
+
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> dict:
         """The positive view (view 1) word-repeated (:func:`simcse.training.word_repetition.repeat_view`), drawn
         from a generator seeded by (seed, step, rank, micro-batch), so a resumed run repeats as an uninterrupted

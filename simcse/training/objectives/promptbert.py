@@ -98,6 +98,12 @@ class PromptBERT(Objective):
         return info_nce(z1, *keys[:2], temp=self.temp, hard_negative_alpha=math.exp(self.hard_negative_weight),
                         labels=labels)
 
+    def extra_tokens(self, model, max_seq_length: int) -> int:
+        """The longest template's tokens around a ``[CLS] s [SEP]`` row (the model wraps each row in it)."""
+        from simcse.models.prompt import BoundPrompt
+
+        return max(BoundPrompt.bind(t, model.tokenizer).extra_tokens for t in self.prompt_config().templates)
+
     def get_config_dict(self) -> dict:
         return {"template": self.template, "template2": self.template2, "temp": self.temp, "denoise": self.denoise,
                 "denoise_at_inference": self.denoise_at_inference, "hard_negative_weight": self.hard_negative_weight}
