@@ -41,6 +41,8 @@ REQUIREMENTS = {
                      "for every view would discard",
     "prefix_embeddings": "its loss needs the full embedding width (a queue of full embeddings, a head of the hidden "
                          "size, a second encoder pass), not a prefix of it",
+    "uses_embeddings": "its loss does not use the sentence embeddings (a token-level objective), which this wrapper "
+                       "acts on or adds a second token-level loss to",
     "repeatable_loss": "its loss records per-step state and may run only once a step, while this wrapper calls it "
                        "several times",
 }
@@ -189,6 +191,9 @@ class Objective(nn.Module):
         repeatable_loss: :meth:`loss` may run several times per step on the same batch (see "Wrappers" below);
             False for a loss that records per-step state in ``loss`` (ESimCSE queues its momentum embeddings):
             the wrappers that call ``loss`` more than once refuse it.
+        uses_embeddings: the loss uses the sentence embeddings; False for a token-level objective (MNTP), which the
+            wrappers acting on sentence embeddings (Matryoshka, ``--fixed_dropout``) or adding a second token loss
+            (``--do_mlm``) refuse.
         supports_lora: the objective trains with LoRA adapters (``--lora_r``); False is refused at setup (ESimCSE's
             momentum encoder is a copy of the whole backbone, frozen base included, in every checkpoint).
 
@@ -224,6 +229,7 @@ class Objective(nn.Module):
     prefix_embeddings: ClassVar[bool] = True
     repeatable_loss: ClassVar[bool] = True
     supports_lora: ClassVar[bool] = True
+    uses_embeddings: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ lifecycle
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> Mapping[str, torch.Tensor]:
@@ -331,7 +337,7 @@ class ObjectiveWrapper(Objective):
         self.inner = inner
         for attr in ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
                      "supports_gather", "supports_grad_cache", "needs_text", "dropout_views", "prefix_embeddings",
-                     "repeatable_loss", "supports_lora"):
+                     "repeatable_loss", "supports_lora", "uses_embeddings"):
             if attr not in type(self).__dict__:  # a wrapper's own declaration wins
                 setattr(self, attr, getattr(inner, attr))
         if "name" not in type(self).__dict__:

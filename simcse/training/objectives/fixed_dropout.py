@@ -10,7 +10,7 @@ class FixedDropout(ObjectiveWrapper):
     forward and backward (``--fixed_dropout``). Needs one-sentence rows."""
 
     input_columns = ("sent0",)
-    requires = ("dropout_views",)
+    requires = ("uses_embeddings", "dropout_views")
     option = "--fixed_dropout"
 
     def embed(self, model, batch, context):

@@ -91,7 +91,7 @@ class Matryoshka(ObjectiveWrapper):
     """
 
     name = "matryoshka"
-    requires = ("prefix_embeddings", "repeatable_loss")  # loss runs once per dimension, on a prefix
+    requires = ("uses_embeddings", "prefix_embeddings", "repeatable_loss")  # loss runs once per dimension, on a prefix
 
     def __init__(self, loss: str = "infonce", loss_args=None, matryoshka_dims=None, matryoshka_weights=None,
                  n_dims_per_step: int = -1):
@@ -168,7 +168,7 @@ class AdaptiveLayer(ObjectiveWrapper):
     """
 
     name = "adaptive_layer"
-    requires = ("repeatable_loss",)  # loss runs once for the last layer and once per earlier layer
+    requires = ("uses_embeddings", "repeatable_loss")  # loss runs once for the last layer and once per earlier layer
 
     def __init__(self, loss: str = "infonce", loss_args=None, n_layers_per_step: int = 1,
                  last_layer_weight: float = 1.0, prior_layers_weight: float = 1.0, kl_div_weight: float = 1.0,

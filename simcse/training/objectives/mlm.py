@@ -25,6 +25,7 @@ class WithMLM(ObjectiveWrapper):
     """
 
     option = "--do_mlm"
+    requires = ("uses_embeddings",)
 
     def __init__(self, inner, weight: float = 0.1, masker=None):
         super().__init__(inner)

@@ -45,6 +45,7 @@ class MNTP(Objective):
     min_batch = 1
     supports_gather = False
     supports_grad_cache = False
+    uses_embeddings = False  # token predictions only: the wrappers over sentence embeddings refuse it
 
     def __init__(self, mlm_probability: float = 0.2, mask_token_type: str = "blank"):
         super().__init__()
