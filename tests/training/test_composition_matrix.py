@@ -2,7 +2,7 @@
 models, one process, a training file: the run either trains two steps (a finite loss logged at each) or is refused
 at setup with one ``error:`` line, never a traceback at the first step or after (docs/reliability.md, "Composing
 objectives, wrappers and options"). The refusals expected are listed in :data:`REFUSED`, so a new combination that
-starts or stops training is noticed."""
+starts or stops training is noticed. The wrappers over two objectives are also streamed and resumed."""
 from __future__ import annotations
 
 import csv
@@ -106,3 +106,35 @@ def test_each_objective_under_each_wrapper_trains_or_is_refused_at_setup(files, 
     assert msg.startswith("error: ") and "\n" not in msg, msg
     assert not built, "refused after setup"
     assert expected is not None and expected in msg, msg
+
+
+def _hub(files):
+    hub = files["root"] / "hub"
+    if not hub.exists():
+        (hub / "data").mkdir(parents=True)
+        (hub / "data" / "wiki.txt").write_text((files["root"] / "train.txt").read_text())
+        (hub / "README.md").write_text("---\nconfigs:\n- config_name: wiki\n  data_files:\n  - split: train\n"
+                                       "    path: data/wiki.txt\n---\n")
+    return hub
+
+
+@pytest.mark.parametrize("wrapper", ["matryoshka", "fixed_dropout", "mlm"])
+@pytest.mark.parametrize("name", ["infonce", "mixcse"])
+def test_wrapped_objectives_stream_and_resume_as_uninterrupted(files, tmp_path, name, wrapper):
+    """A wrapped objective reads a stream, and a run resumed from its first checkpoint logs the second step's loss
+    of the uninterrupted run."""
+    from conftest import logged_losses, run_training
+
+    argv = _argv(name, wrapper, files, tmp_path / "full")
+    i = argv.index("--train_file")
+    streamed = argv[:i] + ["--dataset_name", str(_hub(files)), "--dataset_config_name", "wiki", "--streaming", "true"] \
+        + argv[i + 2:]
+    streamed[streamed.index("--output_dir") + 1] = str(tmp_path / "stream")
+    assert run_training(streamed).state.global_step == 2
+    save = ["--save_strategy", "steps", "--save_steps", "1"]
+    full = run_training([*argv, *save])
+    ck = tmp_path / "full" / "checkpoint-1"
+    resumed_argv = [*argv, *save, "--resume_from_checkpoint", str(ck)]
+    resumed_argv[resumed_argv.index("--output_dir") + 1] = str(tmp_path / "resumed")
+    resumed = run_training(resumed_argv)
+    assert logged_losses(resumed)[-1] == logged_losses(full)[-1]
