@@ -184,7 +184,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if isinstance(training_args.resume_from_checkpoint, str) and os.path.isdir(training_args.resume_from_checkpoint):
             from simcse.training.checkpoints import check_resume_objective
 
-            check_resume_objective(training_args.resume_from_checkpoint, model_args.loss)
+            check_resume_objective(training_args.resume_from_checkpoint, model_args.loss, training_args.world_size)
         model = _load_model(model_args, dropout)
         objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
         if not data_args.include_prompt:

@@ -30,13 +30,14 @@ OBJECTIVE_STATE_NAME = "objective_state.pt"  # the objective's parameters, buffe
 OBJECTIVE_RECORD_NAME = "simcse_objective.json"  # the objective that wrote a checkpoint (checked when resuming)
 
 
-def check_resume_objective(checkpoint, loss: str) -> None:
+def check_resume_objective(checkpoint, loss: str, world: int = 1) -> None:
     """Refuse to resume ``checkpoint`` (a ``checkpoint-N`` folder) with another objective than the one that wrote
     it (:data:`OBJECTIVE_RECORD_NAME`; a checkpoint without the record is not checked): its optimizer state,
-    objective state and schedule belong to that objective. ``loss``: the registry name the run trains with.
+    objective state and schedule belong to that objective; or on another number of processes (``world``) than
+    wrote its per-process objective state (a queue). ``loss``: the registry name the run trains with.
 
     Raises:
-        ValueError: one line naming both objectives and the checkpoint.
+        ValueError: one line naming both objectives (or process counts) and the checkpoint.
     """
     import json
 
@@ -52,6 +53,18 @@ def check_resume_objective(checkpoint, loss: str) -> None:
         raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} was written by a run with --loss {written}; this "
                          f"run has --loss {now}: resume with --loss {written}, or start a new run from the weights "
                          "(--model_name_or_path) without resuming")
+    n = _state_processes(str(checkpoint))
+    if n and n != max(1, world):
+        raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} holds --loss {now}'s per-process state (e.g. a "
+                         f"queue) of {n} process(es), and this run has {max(1, world)}: resume with {n} process(es)")
+
+
+def _state_processes(folder: str) -> int:
+    """How many processes wrote the objective state files of checkpoint ``folder`` (0: none)."""
+    written = glob.glob(os.path.join(glob.escape(folder), OBJECTIVE_STATE_NAME.replace(".pt", "*.pt")))
+    if not written:
+        return 0
+    return sum(1 for w in written if os.path.basename(w) != OBJECTIVE_STATE_NAME) or 1
 
 
 def _objective_state_file(folder: str, process_index: int, world: int) -> str:
@@ -215,9 +228,8 @@ class CheckpointHooks(Trainer):
         if objective is None or not objective.state_dict():
             return
         path = _objective_state_file(folder, self.args.process_index, self.args.world_size)
-        written = sorted(glob.glob(os.path.join(glob.escape(folder), OBJECTIVE_STATE_NAME.replace(".pt", "*.pt"))))
-        if not os.path.isfile(path) and written:  # state of another number of processes
-            n = sum(1 for w in written if os.path.basename(w) != OBJECTIVE_STATE_NAME) or 1
+        n = _state_processes(folder)
+        if not os.path.isfile(path) and n:  # state of another number of processes
             raise ValueError(f"resume_from_checkpoint {folder!r} holds --loss {objective.name}'s per-process state "
                              f"(e.g. a queue) of {n} process(es), and this run has {self.args.world_size}: resume with "
                              f"{n} process(es)")

@@ -384,3 +384,15 @@ def test_rows_the_objective_lengthens_must_fit_the_positions(tiny_bert_dir, txt,
     tokens) or PromptBERT's template would index past the position table at a long row."""
     msg = training_error(_argv(tiny_bert_dir, txt, tmp_path / "o", "--max_seq_length", "64", "--loss", loss, *extra))
     assert f"--loss {loss} lengthens each row by up to" in msg and "more than the 64 tokens" in msg
+
+
+def test_objective_state_of_another_process_count_is_refused_at_setup(tmp_path):
+    import torch
+
+    from simcse.training.checkpoints import check_resume_objective
+
+    torch.save({}, tmp_path / "objective_state.pt")  # one process wrote an ESimCSE queue
+    (tmp_path / "simcse_objective.json").write_text(json.dumps({"loss": "esimcse"}))
+    check_resume_objective(tmp_path, "esimcse", world=1)
+    with pytest.raises(ValueError, match=r"of 1 process\(es\), and this run has 2: resume with 1 process"):
+        check_resume_objective(tmp_path, "esimcse", world=2)
