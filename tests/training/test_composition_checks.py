@@ -99,7 +99,7 @@ def test_matryoshka_refuses_a_dimension_listed_twice():
         simcse_objective(loss="matryoshka", loss_args={"matryoshka_dims": [32, 16, 16]})
 
 
-def test_hard_negative_weight_reaches_the_argument_of_that_name_and_is_recorded_as_trained(txt):
+def test_hard_negative_weight_reaches_the_argument_of_that_name_and_is_recorded_as_trained(txt, tmp_path):
     from simcse.training.build import _objective
 
     common = dict(model_name_or_path="m", train_file=str(txt), output_dir="o")
@@ -107,8 +107,13 @@ def test_hard_negative_weight_reaches_the_argument_of_that_name_and_is_recorded_
         m, _, _ = _args(loss=loss, hard_negative_weight=0.2, **common, **extra)
         assert _objective(m, None).hard_negative_weight == pytest.approx(0.2), loss
     # the loss_args value is what trains: the record (and so the card) says it
-    m, _, _ = _args(loss="mixcse", loss_args='{"hard_negative_weight": 0.5}', **common)
+    m, d, t = _args(loss="mixcse", loss_args='{"hard_negative_weight": 0.5}', **common)
     assert m.hard_negative_weight == pytest.approx(0.5) and _objective(m, None).hard_negative_weight == 0.5
+    from simcse.models.card import card_after_training
+
+    card_after_training(tmp_path, (m, d, t), {})
+    assert json.loads((tmp_path / "simcse_training_args.json").read_text())["hard_negative_weight"] == 0.5
+    assert "hard_negative_weight" in (tmp_path / "README.md").read_text()
     with pytest.raises(Exception, match="disagree: give the weight once"):
         _args(loss="mixcse", loss_args='{"hard_negative_weight": 0.0}', hard_negative_weight=0.2, **common)
     with pytest.raises(Exception, match="--loss cosent has no hard-negative weight"):
