@@ -113,7 +113,7 @@ def test_hard_negative_weight_reaches_the_argument_of_that_name_and_is_recorded_
 
     card_after_training(tmp_path, (m, d, t), {})
     assert json.loads((tmp_path / "simcse_training_args.json").read_text())["hard_negative_weight"] == 0.5
-    assert "hard_negative_weight" in (tmp_path / "README.md").read_text()
+    assert "| hard_negative_weight | `0.5` |" in (tmp_path / "README.md").read_text()
     with pytest.raises(Exception, match="disagree: give the weight once"):
         _args(loss="mixcse", loss_args='{"hard_negative_weight": 0.0}', hard_negative_weight=0.2, **common)
     with pytest.raises(Exception, match="--loss cosent has no hard-negative weight"):
