@@ -1,4 +1,5 @@
-"""Option checks shared by every wing: "an integer >= n" and "a finite number in a range", each written once.
+"""Option checks shared by every wing: "an integer >= n", "a finite number in a range" and "a boolean", each
+written once.
 
 A ``bool`` is not accepted where an integer is asked for (``True`` is an ``int`` in Python, but ``--k true`` is
 a slip, not the number 1); numpy integers and floats are accepted. The messages name the option as the caller
@@ -63,3 +64,26 @@ def check_number(value, name: str, low: float | None = None, high: float | None 
         raise ValueError(f"{name} must be a finite number{' ' + ' and '.join(parts) if parts else ''}{hint}, "
                          f"got {value!r}")
     return value
+
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def as_bool(value, name: str, *, allow_none: bool = False) -> bool | None:
+    """The one rule for boolean options everywhere (command line, config files, ``--loss_args``, the Python
+    entry): ``True``/``False``, the integers 1/0 and the strings true/false, 1/0, yes/no (any case, spaces
+    around ignored). Anything else is refused rather than read by truthiness (``"false"`` is not true).
+
+    Raises:
+        ValueError: one line, e.g. ``--fp16 must be true or false (also 1/0, yes/no), got 'maybe'``.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool):
+        return value
+    if is_integer(value) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"{name} must be true or false (also 1/0, yes/no), got {value!r}")

@@ -35,13 +35,20 @@ def is_lora(encoder) -> bool:
     return isinstance(encoder, PeftModel)
 
 
-def apply_lora(encoder, r: int, alpha: float | None = None, dropout: float = 0.05, target_modules=None):
+def apply_lora(encoder, r: int, alpha: float | None = None, dropout: float = 0.05, target_modules=None,
+               base_model: str | None = None):
     """``encoder`` wrapped with LoRA adapters (rank ``r``, scale ``alpha / r``; ``alpha`` default ``2 r`` as
     LLM2Vec's runs); the base weights are frozen, only the adapters train.
+
+    An ``encoder`` that already carries an adapter (loaded from an adapter folder: LLM2Vec's chain, MNTP then
+    SimCSE) has it merged into its weights first, so the new adapter sits on one plain base.
 
     Args:
         target_modules: module names (a list, or a comma-separated string); default: LLM2Vec's list for the
             model type (:data:`DEFAULT_TARGETS`).
+        base_model: what the saved adapter records as its base (``base_model_name_or_path``): the folder or Hub id
+            the run loaded (an absolute path for a folder; an adapter folder, whose own base
+            :func:`load_lora_encoder` then loads first). None: peft's guess (the encoder's ``name_or_path``).
 
     Raises:
         ValueError: ``r`` not a positive integer, ``dropout`` outside [0, 1), no default target modules for the
@@ -56,6 +63,8 @@ def apply_lora(encoder, r: int, alpha: float | None = None, dropout: float = 0.0
         from peft import LoraConfig, get_peft_model
     except ImportError as e:
         raise ValueError("--lora_r needs peft: pip install peft (or pip install 'simcse[llm]')") from e
+    if is_lora(encoder):
+        encoder = encoder.merge_and_unload()
     kind = getattr(encoder.config, "model_type", None)
     if isinstance(target_modules, str):
         target_modules = [t.strip() for t in target_modules.split(",") if t.strip()]
@@ -67,9 +76,21 @@ def apply_lora(encoder, r: int, alpha: float | None = None, dropout: float = 0.0
     config = LoraConfig(r=r, lora_alpha=2 * r if alpha is None else alpha, lora_dropout=dropout,
                         target_modules=list(target_modules), bias="none", task_type=None)
     try:
-        return get_peft_model(encoder, config)
+        model = get_peft_model(encoder, config)
     except ValueError as e:
         raise ValueError(f"--lora_target_modules {','.join(target_modules)}: {e}") from e
+    if base_model is not None:
+        for cfg in model.peft_config.values():
+            cfg.base_model_name_or_path = str(base_model)
+    return model
+
+
+def base_reference(name_or_path: str) -> str:
+    """What an adapter records as its base: the absolute path of a local folder (a relative one would not be
+    found from another working directory), else the Hub id as given."""
+    import os
+
+    return os.path.abspath(name_or_path) if os.path.isdir(name_or_path) else name_or_path
 
 
 def merged_copy(encoder):
@@ -94,8 +115,14 @@ def load_lora_encoder(path: str | Path, config_overrides: dict | None = None, **
     from transformers import AutoConfig, AutoModel
 
     base = json.loads((Path(path) / ADAPTER_CONFIG_NAME).read_text())["base_model_name_or_path"]
-    config = AutoConfig.from_pretrained(base)
-    for key, value in (config_overrides or {}).items():
-        setattr(config, key, value)
-    encoder = AutoModel.from_pretrained(base, config=config, **hf_kwargs)
+    if not base:
+        raise ValueError(f"{str(path)!r} holds a LoRA adapter whose adapter_config.json names no base model "
+                         "(base_model_name_or_path); set it to the folder or Hub id the adapter was trained on")
+    if (Path(base) / ADAPTER_CONFIG_NAME).is_file():  # a chain (MNTP then SimCSE): the base is an adapter folder
+        encoder = load_lora_encoder(base, config_overrides, **hf_kwargs).merge_and_unload()
+    else:
+        config = AutoConfig.from_pretrained(base)
+        for key, value in (config_overrides or {}).items():
+            setattr(config, key, value)
+        encoder = AutoModel.from_pretrained(base, config=config, **hf_kwargs)
     return PeftModel.from_pretrained(encoder, str(path), is_trainable=True)

@@ -155,6 +155,8 @@ class ModelArguments:
     def _resolve_hard_negative(self) -> None:
         """Check the two hard-negative options and set both: ``hard_negative_alpha = exp(hard_negative_weight)``."""
         w, alpha = self.hard_negative_weight, self.hard_negative_alpha
+        if not hasattr(self, "_hard_negative_given"):  # first check (a copy keeps what the user gave)
+            self._hard_negative_given = w is not None or alpha is not None
         if w is not None and alpha is not None:
             raise ValueError(f"--hard_negative_weight ({w}, added to the logit) and --hard_negative_alpha ({alpha}, "
                              "multiplicative) set the same thing: give one (alpha = exp(weight))")
@@ -169,8 +171,9 @@ class ModelArguments:
         self.hard_negative_weight, self.hard_negative_alpha = float(w), math.exp(w)
 
     def _check_objective(self) -> None:
-        """Build the objective once (random state untouched) so an unknown --loss or a bad --loss_args is
-        refused before anything is loaded."""
+        """Build the objective once, with its wrappers (random state untouched), so an unknown --loss, a bad
+        --loss_args or a wrapper that cannot wrap it (--fixed_dropout, --do_mlm) is refused before anything is
+        loaded."""
         import torch
 
         from simcse.training.objectives import parse_loss_args
@@ -182,8 +185,31 @@ class ModelArguments:
             self.loss_args = json.dumps(self.loss_args)
         parse_loss_args(self.loss_args)
         with torch.random.fork_rng(devices=[]):
-            simcse_objective(temp=self.temp, hard_negative_alpha=self.hard_negative_alpha, loss=self.loss,
-                             loss_args=self.loss_args)
+            objective = simcse_objective(temp=self.temp, hard_negative_alpha=self.hard_negative_alpha, loss=self.loss,
+                                         loss_args=self.loss_args, hard_negative_given=self.hard_negative_given,
+                                         fixed_dropout=self.fixed_dropout, mlm_weight=self.mlm_weight if self.do_mlm else 0.0)
+        self._record_hard_negative(objective)
+        if self.lora_r is not None and not objective.supports_lora:
+            raise ValueError(f"--loss {self.loss} does not train with LoRA (--lora_r): its state holds a copy of the "
+                             "whole encoder, frozen base included; train all weights (drop --lora_r)")
+
+    @property
+    def hard_negative_given(self) -> bool:
+        """Whether ``--hard_negative_weight`` or ``--hard_negative_alpha`` was given (not the default)."""
+        return bool(getattr(self, "_hard_negative_given", False))
+
+    def _record_hard_negative(self, objective) -> None:
+        """Set ``hard_negative_weight``/``hard_negative_alpha`` to what ``objective`` trains with (its own
+        ``--loss_args`` value included), so the run's record and model card say what trained; unset (None)
+        for an objective without a hard-negative weight."""
+        from simcse.training.objectives.compose import hard_negative_weight_of
+
+        w = hard_negative_weight_of(objective)
+        if w is None:
+            self.hard_negative_weight = None
+        elif w != self.hard_negative_weight:
+            self.hard_negative_weight = w
+            self.hard_negative_alpha = math.exp(w) if w <= 700 else math.inf
 
     def __post_init__(self):
         get_pooler(self.pooler_type)

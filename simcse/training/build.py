@@ -6,6 +6,7 @@ checks that fail early (output room, repeated texts, a one-row last batch) and t
 from __future__ import annotations
 
 import logging
+import os
 
 from simcse.training.config import resolve_model_name
 
@@ -161,6 +162,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     if not isinstance(training_args, SimCSETrainingArguments):
         raise SetupError(f"training_args must be a SimCSETrainingArguments (simcse.training), got "
                          f"{type(training_args).__name__}")
+    training_args = with_values(training_args)  # the run's own copy: the trainer sets fields on it (DDP defaults)
     if training_args.dataloader_pin_memory and not torch.cuda.is_available():
         # pinned host memory only helps copies to an accelerator; without one torch warns at every DataLoader
         training_args = with_values(training_args, dataloader_pin_memory=False)
@@ -179,6 +181,10 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if data_args.streaming:
             _check_streaming(model_args, training_args)
         _check_fsdp_device(training_args)
+        if isinstance(training_args.resume_from_checkpoint, str) and os.path.isdir(training_args.resume_from_checkpoint):
+            from simcse.training.checkpoints import check_resume_objective
+
+            check_resume_objective(training_args.resume_from_checkpoint, model_args.loss, training_args.world_size)
         model = _load_model(model_args, dropout)
         objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
         if not data_args.include_prompt:
@@ -195,14 +201,23 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         raise SetupError(f"--max_seq_length {data_args.max_seq_length} is more than the {limit} tokens the model "
                          f"{model_args.model_name_or_path!r} takes (its position table / tokenizer limit); "
                          f"use --max_seq_length {limit} or less")
+    try:  # rows the objective lengthens (word repetition, a prompt template) must fit the positions too
+        extra = objective.extra_tokens(model, data_args.max_seq_length)
+    except ValueError as e:
+        raise SetupError(str(e)) from e
+    if extra and data_args.max_seq_length + extra > limit:
+        raise SetupError(f"--loss {objective.name} lengthens each row by up to {extra} tokens, so --max_seq_length "
+                         f"{data_args.max_seq_length} gives rows of {data_args.max_seq_length + extra}, more than the "
+                         f"{limit} tokens the model {model_args.model_name_or_path!r} takes; use --max_seq_length "
+                         f"{limit - extra} or less")
     if model_args.padding_free and model.set_unpadded(True):
         logger.info("padding-free encoder forward: on")
     if model_args.lora_r is not None:
-        from simcse.models.lora import apply_lora
+        from simcse.models.lora import apply_lora, base_reference
 
         try:
             model.encoder = apply_lora(model.encoder, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout,
-                                       model_args.lora_target_modules)
+                                       model_args.lora_target_modules, base_model=base_reference(model_args.model_name_or_path))
         except ValueError as e:
             raise SetupError(str(e)) from e
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -219,8 +234,9 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
     if model_args.do_mlm:
         try:
             model.attach_mlm_head(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
-        except (ValueError, OSError) as e:
-            raise SetupError(str(e)) from e
+        except (ValueError, OSError) as e:  # transformers' message lists every model class: its first line
+            raise SetupError(f"--do_mlm needs a masked-LM head of {model_args.model_name_or_path!r}: "
+                             f"{str(e).strip().splitlines()[0]}") from e
     source = data_args.train_file or data_args.dataset_name
     prompts = data_args.prompt_map()
     if prompts:
@@ -230,6 +246,12 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if unused:
             raise SetupError(f"--prompts names column(s) {unused} that the training rows do not have (they have "
                              f"{columns}); give prompts for those columns only")
+        for column, prompt in prompts.items():  # truncation keeps the prompt: it must leave room for the text
+            n = len(model.tokenizer(prompt)["input_ids"])
+            if n >= data_args.max_seq_length:
+                raise SetupError(f"--prompts {column}: the prompt is {n} tokens (special tokens included), so "
+                                 f"--max_seq_length {data_args.max_seq_length} cuts every sentence away; use "
+                                 f"--max_seq_length {n + 8} or more, or a shorter prompt")
         model.set_prompts(prompts, "sent0" if "sent0" in prompts else None)  # saved with the model
         logger.info("prompts %s%s", prompts, " (the sent0 prompt is the saved model's default prompt)" if "sent0" in prompts else "")
     try:
@@ -271,6 +293,7 @@ def _objective(model_args, tok):
     try:
         return simcse_objective(
             temp=model_args.temp, hard_negative_alpha=model_args.hard_negative_alpha, loss=model_args.loss,
+            hard_negative_given=getattr(model_args, "hard_negative_given", False),
             loss_args=model_args.loss_args, fixed_dropout=model_args.fixed_dropout,
             mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
             mlm_masker=_mlm_masker(tok, model_args.mlm_probability) if model_args.do_mlm else None)

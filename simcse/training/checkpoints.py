@@ -27,6 +27,44 @@ _TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE
 
 MLM_HEAD_NAME = "mlm_head.safetensors"  # the --do_mlm head's own weights, in checkpoints (for exact resumes)
 OBJECTIVE_STATE_NAME = "objective_state.pt"  # the objective's parameters, buffers and extra state (one per process)
+OBJECTIVE_RECORD_NAME = "simcse_objective.json"  # the objective that wrote a checkpoint (checked when resuming)
+
+
+def check_resume_objective(checkpoint, loss: str, world: int = 1) -> None:
+    """Refuse to resume ``checkpoint`` (a ``checkpoint-N`` folder) with another objective than the one that wrote
+    it (:data:`OBJECTIVE_RECORD_NAME`; a checkpoint without the record is not checked): its optimizer state,
+    objective state and schedule belong to that objective; or on another number of processes (``world``) than
+    wrote its per-process objective state (a queue). ``loss``: the registry name the run trains with.
+
+    Raises:
+        ValueError: one line naming both objectives (or process counts) and the checkpoint.
+    """
+    import json
+
+    from simcse.training.objectives import get_objective
+
+    path = os.path.join(str(checkpoint), OBJECTIVE_RECORD_NAME)
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        written = json.load(f).get("loss")
+    now = get_objective(loss).name
+    if written and written != now:
+        raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} was written by a run with --loss {written}; this "
+                         f"run has --loss {now}: resume with --loss {written}, or start a new run from the weights "
+                         "(--model_name_or_path) without resuming")
+    n = _state_processes(str(checkpoint))
+    if n and n != max(1, world):
+        raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} holds --loss {now}'s per-process state (e.g. a "
+                         f"queue) of {n} process(es), and this run has {max(1, world)}: resume with {n} process(es)")
+
+
+def _state_processes(folder: str) -> int:
+    """How many processes wrote the objective state files of checkpoint ``folder`` (0: none)."""
+    written = glob.glob(os.path.join(glob.escape(folder), OBJECTIVE_STATE_NAME.replace(".pt", "*.pt")))
+    if not written:
+        return 0
+    return sum(1 for w in written if os.path.basename(w) != OBJECTIVE_STATE_NAME) or 1
 
 
 def _objective_state_file(folder: str, process_index: int, world: int) -> str:
@@ -153,6 +191,12 @@ class CheckpointHooks(Trainer):
             if recorded != self.state.best_model_checkpoint:
                 self.state.save_to_json(os.path.join(staged, _TRAINER_STATE_NAME))
             with writing(name, run_dir, needed=needed):
+                objective = getattr(self, "objective", None)
+                if objective is not None:  # resuming with another --loss is refused at setup (check_resume_objective)
+                    import json
+
+                    with open(os.path.join(staged, OBJECTIVE_RECORD_NAME), "w", encoding="utf-8") as f:
+                        json.dump({"loss": objective.name, "config": objective.get_config_dict()}, f, default=str)
                 if self.run_command:  # loading an unfinished run's folder names it as the resume line
                     with open(os.path.join(staged, TRAIN_COMMAND_NAME), "w", encoding="utf-8") as f:
                         f.write(self.run_command + "\n")
@@ -184,6 +228,11 @@ class CheckpointHooks(Trainer):
         if objective is None or not objective.state_dict():
             return
         path = _objective_state_file(folder, self.args.process_index, self.args.world_size)
+        n = _state_processes(folder)
+        if not os.path.isfile(path) and n:  # state of another number of processes
+            raise ValueError(f"resume_from_checkpoint {folder!r} holds --loss {objective.name}'s per-process state "
+                             f"(e.g. a queue) of {n} process(es), and this run has {self.args.world_size}: resume with "
+                             f"{n} process(es)")
         if not os.path.isfile(path):
             raise ValueError(f"resume_from_checkpoint {folder!r} has no {os.path.basename(path)}: it was not written "
                              f"by a run with --loss {objective.name}, whose state (e.g. a momentum encoder or a queue) "

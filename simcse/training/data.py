@@ -225,7 +225,7 @@ def load_sentence_dataset(path: str | os.PathLike, max_train_samples: int | None
         ds = ds.remove_columns([c for c in ds.column_names if c not in columns and c not in labels])
         from simcse.training.scored_pairs import numeric_label_columns
 
-        ds = numeric_label_columns(ds, labels, f"train_file {str(p)!r}")
+        ds = numeric_label_columns(ds, labels, f"train_file {str(p)!r}", header_lines=1)
     ds = drop_incomplete_rows(ds, columns, f"train_file {str(p)!r}",
                               "blank lines" if p.suffix == ".txt" else "rows with an empty cell")
     if max_train_samples is not None:

@@ -103,6 +103,8 @@ def build_parser(full_help: bool = False):
             if not full_help and action.dest not in COMMON_HF_OPTIONS:
                 action.help = argparse.SUPPRESS
     for action in parser._actions:
+        if action.type is string_to_bool:  # one rule for booleans everywhere
+            action.type = cli_bool
         if action.help is not argparse.SUPPRESS and not isinstance(action, argparse._StoreFalseAction):
             shown = "unset" if action.default is None else action.default
             action.help = f"{action.help or ''} (default: {str(shown).replace('%', '%%')})"
@@ -118,7 +120,7 @@ def build_parser(full_help: bool = False):
                      help="The same as --config, given first.")
     own.add_argument("--list_configs", action="store_true", default=argparse.SUPPRESS,
                      help="List the packaged configs and exit.")
-    add_legacy_options(parser, string_to_bool)
+    add_legacy_options(parser, cli_bool)
     return parser
 
 
@@ -241,10 +243,46 @@ def make_arguments(values: dict):
         if missing:
             raise SetupError(f"the following arguments are required: {', '.join('--' + m for m in missing)} (see --help)")
         try:
-            out.append(cls(**{k: v for k, v in values.items() if k in names}))
+            given = {k: _boolean(cls, k, v) for k, v in values.items() if k in names}
+            out.append(cls(**given))
         except (ValueError, OSError) as e:
             raise SetupError(" ".join(str(e).split())) from e
     return tuple(out)
+
+
+def _bool_field(cls, name: str) -> str | None:
+    """``"bool"`` or ``"bool | None"`` when field ``name`` of ``cls`` is a boolean (optional) option, else None."""
+    import typing
+
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    kind = f.type if isinstance(f.type, str) else str(f.type).replace("typing.Optional[bool]", "bool | None")
+    kind = {"<class 'bool'>": "bool", "bool": "bool", "bool | None": "bool | None", "Optional[bool]": "bool | None"}.get(kind)
+    if kind is None and f.type is not None and typing.get_origin(f.type) is typing.Union and set(typing.get_args(f.type)) == {bool, type(None)}:
+        kind = "bool | None"
+    return kind
+
+
+def _boolean(cls, name: str, value):
+    """``value`` of option ``name`` read by the one boolean rule (:func:`simcse.files.checks.as_bool`) when the option
+    is a boolean; any other option's value unchanged.
+
+    Raises:
+        ValueError: a boolean option given something else than true/false, 1/0, yes/no.
+    """
+    from simcse.files.checks import as_bool
+
+    kind = _bool_field(cls, name)
+    return value if kind is None else as_bool(value, f"--{name}", allow_none=kind == "bool | None")
+
+
+def cli_bool(text: str) -> bool:
+    """The command line's boolean type: :func:`simcse.files.checks.as_bool` (true/false, 1/0, yes/no)."""
+    from simcse.files.checks import as_bool
+
+    try:
+        return as_bool(text, "a boolean option")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def without_resume(argv: list[str]) -> list[str]:

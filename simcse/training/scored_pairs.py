@@ -64,14 +64,23 @@ def write_scored_pairs(name: str, out: str | os.PathLike, data_dir: str | os.Pat
     return out
 
 
-def numeric_label_columns(ds, labels: list[str], source: str):
+def numeric_label_columns(ds, labels: list[str], source: str, header_lines: int | None = None):
     """``ds`` with its ``labels`` columns as float64 numbers (a score of any range: 0..5, 1..5, 0/1).
 
+    ``header_lines``: for a file, the lines before its first row (1: a CSV header); the messages then name the
+    file's line, else the row.
+
     Raises:
-        ValueError: a cell that is not a number (names the column, the row and the value).
+        ValueError: a cell that is not a finite number (names the column, the line or row and the value): NaN
+            or infinity would pass through the ranking losses as "not ordered" and train on nothing.
     """
+    import math
+
     if not labels:
         return ds
+
+    def where(i: int) -> str:
+        return f"line {i + 1 + header_lines}" if header_lines is not None else f"row {i + 1}"
 
     def to_float(batch, indices):
         out = {}
@@ -79,10 +88,14 @@ def numeric_label_columns(ds, labels: list[str], source: str):
             values = []
             for i, x in zip(indices, batch[c]):
                 try:
-                    values.append(float(x))
+                    v = float(x)
                 except (TypeError, ValueError):
-                    raise ValueError(f"{source}: column {c!r} of row {i + 1} is {x!r}; expected a number "
+                    raise ValueError(f"{source}: column {c!r} of {where(i)} is {x!r}; expected a number "
                                      "(the objective's label)") from None
+                if not math.isfinite(v):
+                    raise ValueError(f"{source}: column {c!r} of {where(i)} is {x!r}; expected a finite number "
+                                     "(the objective's label)")
+                values.append(v)
             out[c] = values
         return out
 

@@ -95,16 +95,21 @@ def run_command(argv: list[str]) -> str:
     import os
     import shlex
 
+    from simcse.files.errors import command_prog
+
     args = without_resume(argv)
     prog = sys.argv[0] if sys.argv and sys.argv[0] else "scripts/train.py"
+    # run by the ``simcse`` command's code (python -m simcse train, torchrun -m simcse train): the module and
+    # the sub-command, not __main__.py's path
+    target = ["-m", "simcse", "train"] if command_prog("train") and os.path.basename(prog) != "simcse" else [prog]
     if os.path.basename(prog) == "simcse":
         launcher = ["simcse", "train"]
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
         nodes = int(os.environ["WORLD_SIZE"]) // max(1, local)
-        launcher = ["torchrun", *([f"--nnodes={nodes}"] if nodes > 1 else []), f"--nproc_per_node={local}", prog]
+        launcher = ["torchrun", *([f"--nnodes={nodes}"] if nodes > 1 else []), f"--nproc_per_node={local}", *target]
     else:
-        launcher = ["python", prog]
+        launcher = ["python", *target]
     return shlex.join([*launcher, *args])
 
 

@@ -66,7 +66,7 @@ def test_missing_or_bad_scores_are_refused(tiny_bert_dir, tmp_path):
     assert "--loss cosent needs the column(s) ['score']" in msg
     bad, _ = _scored_csv(tmp_path / "bad.csv", bad_row=3)
     msg = training_error(_argv(tiny_bert_dir, tmp_path / "o2", "--train_file", str(bad), "--loss", "angle"))
-    assert "column 'score' of row 4 is 'abc'; expected a number" in msg
+    assert "column 'score' of line 5 is 'abc'; expected a number" in msg
 
 
 def test_matryoshka_run_records_its_dims_and_2d_trains(tiny_bert_dir, tmp_path):

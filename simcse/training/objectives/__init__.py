@@ -111,14 +111,49 @@ def parse_loss_args(loss_args) -> dict:
     if loss_args is None or loss_args == "":
         return {}
     if isinstance(loss_args, dict):
-        return dict(loss_args)
-    try:
-        value = json.loads(loss_args)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"--loss_args must be a JSON object such as '{{\"temp\": 0.05}}', got {loss_args!r}: {e}") from None
+        value = dict(loss_args)
+    else:
+        try:
+            value = json.loads(loss_args)
+        except (TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"--loss_args must be a JSON object such as '{{\"temp\": 0.05}}', got {loss_args!r}: {e}") from None
     if not isinstance(value, dict):
         raise ValueError(f"--loss_args must be a JSON object, got {type(value).__name__}: {loss_args!r}")
+    _check_finite(value, "")
     return value
+
+
+def _check_finite(value, where: str) -> None:
+    """Refuse NaN and +-Infinity anywhere in ``--loss_args`` (JSON's NaN/Infinity extension, or a float of a dict):
+    no objective's range check is meant to see them (``NaN > 0`` is False, ``inf > 0`` is True).
+
+    Raises:
+        ValueError: naming the key path and the value.
+    """
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"--loss_args {where or 'value'} must be a finite number, got {value!r}")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]")
+
+
+def _boolean_arguments(cls: type[Objective], kwargs: dict, name: str) -> dict:
+    """``kwargs`` with the values of the objective's boolean arguments (a ``bool`` default or annotation) read by
+    the one boolean rule (:func:`simcse.files.checks.as_bool`: true/false, 1/0, yes/no; else refused)."""
+    import inspect
+
+    from simcse.files.checks import as_bool
+
+    out = dict(kwargs)
+    for key, p in inspect.signature(cls.__init__).parameters.items():
+        if key in out and (isinstance(p.default, bool) or p.annotation in (bool, "bool")):
+            out[key] = as_bool(out[key], f"--loss_args {key} for --loss {name}")
+    return out
 
 
 def build_objective(name: str, loss_args=None) -> Objective:
@@ -138,7 +173,7 @@ def build_objective(name: str, loss_args=None) -> Objective:
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
             raise ValueError(f"--loss_args for --loss {name}: unknown key(s) {unknown}; it takes {allowed}")
-    return cls(**kwargs)
+    return cls(**_boolean_arguments(cls, kwargs, name))
 
 
 _loaded = False

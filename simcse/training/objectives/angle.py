@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from simcse.training.objectives import register_objective
 from simcse.training.objectives.base import LossContext, Objective
-from simcse.training.objectives.cosent import check_pairs, ranked_pair_loss
+from simcse.training.objectives.cosent import check_pairs, gather_pairs, ranked_pair_loss
 
 __all__ = ["AnglE", "angle_similarity"]
 
@@ -86,6 +86,7 @@ class AnglE(Objective):
         """embeddings (B, 2, H), ``batch['score']`` (B,) -> ``{"cosine", "ibn", "angle"}`` weighted float32
         scalars (terms with weight 0 left out)."""
         labels = check_pairs(self.name, embeddings, batch).to(embeddings.device, torch.float32)
+        embeddings, labels = gather_pairs(embeddings, labels, context)  # rank all processes' pairs
         emb = embeddings.float()
         u, v = emb[:, 0], emb[:, 1]
         out = {}

@@ -30,8 +30,22 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 from torch import nn
 
-__all__ = ["Objective", "ObjectiveWrapper", "LossContext", "INPUT_KEYS", "total_loss", "encode_without_dropout", "BatchSeeds",
+__all__ = ["Objective", "ObjectiveWrapper", "NEGATIVE_COLUMNS", "REQUIREMENTS", "LossContext", "INPUT_KEYS", "total_loss", "encode_without_dropout", "BatchSeeds",
            "view_inputs"]
+
+# text columns that only add negatives: an objective that does not declare one refuses it (check_columns)
+NEGATIVE_COLUMNS = ("hard_neg", "neutral")
+# what a wrapper's ``requires`` names -> why an inner objective declaring it False cannot be wrapped
+REQUIREMENTS = {
+    "dropout_views": "it makes its own positive view (word repetition, a second template), which encoding one view "
+                     "for every view would discard",
+    "prefix_embeddings": "its loss needs the full embedding width (a queue of full embeddings, a head of the hidden "
+                         "size, a second encoder pass), not a prefix of it",
+    "uses_embeddings": "its loss does not use the sentence embeddings (a token-level objective), which this wrapper "
+                       "acts on or adds a second token-level loss to",
+    "repeatable_loss": "its loss records per-step state and may run only once a step, while this wrapper calls it "
+                       "several times",
+}
 
 # the encoder inputs of a (B, V, L) batch; prompt_length (B, V): the views' prompt token counts (include_prompt false)
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "prompt_length")
@@ -142,6 +156,15 @@ class LossContext:
         return int(np.random.SeedSequence([int(self.seed), int(self.global_step), int(self.rank),
                                            *(int(x) for x in salt)]).generate_state(1)[0])
 
+    def shared_seed(self, *salt: int) -> int:
+        """A seed for a draw every rank must make alike (which Matryoshka dimensions or which layers a step
+        trains: the ranks' losses and graphs must agree): from (``seed``, ``global_step``, ``*salt``), without the
+        rank; the same after a resume. Not the same stream as :meth:`draw_seed` for any rank."""
+        import numpy as np
+
+        return int(np.random.SeedSequence([int(self.seed), int(self.global_step), 0x5348, *(int(x) for x in salt)])
+                   .generate_state(1)[0])
+
 
 class Objective(nn.Module):
     """Base class of a training objective (subclass it, then register it with
@@ -159,6 +182,34 @@ class Objective(nn.Module):
         supports_grad_cache: whether :meth:`loss` is a function of the embeddings only (see the module);
             False is refused at setup with ``--gradient_cache_chunk_size``.
         needs_text: the collator keeps the rows' text (for objectives that build their own views).
+        dropout_views: the views of a one-sentence row differ by dropout only; False for an objective that makes
+            its own positive view (ESimCSE's word repetition, PromptBERT's second template), which a wrapper
+            encoding one view for all (``--fixed_dropout``) would discard: that wrapper refuses it.
+        prefix_embeddings: :meth:`loss` is defined on a prefix (the first d coordinates) of the embeddings;
+            False when it needs the full width (a queue of full embeddings, a head of the hidden size, a second
+            encoder pass): ``--loss matryoshka`` refuses it.
+        repeatable_loss: :meth:`loss` may run several times per step on the same batch (see "Wrappers" below);
+            False for a loss that records per-step state in ``loss`` (ESimCSE queues its momentum embeddings):
+            the wrappers that call ``loss`` more than once refuse it.
+        uses_embeddings: the loss uses the sentence embeddings; False for a token-level objective (MNTP), which the
+            wrappers acting on sentence embeddings (Matryoshka, ``--fixed_dropout``) or adding a second token loss
+            (``--do_mlm``) refuse.
+        supports_lora: the objective trains with LoRA adapters (``--lora_r``); False is refused at setup (ESimCSE's
+            momentum encoder is a copy of the whole backbone, frozen base included, in every checkpoint).
+
+    Wrappers (:class:`ObjectiveWrapper`: ``--loss matryoshka``/``adaptive_layer``/``2d_matryoshka``,
+    ``--fixed_dropout``, ``--do_mlm``) call the inner objective's :meth:`prepare_batch`, :meth:`embed`,
+    :meth:`chunk_loss`, :meth:`setup` and :meth:`on_step_end` once each, as the trainer does, but may call
+    :meth:`loss` several times a step on the same batch: once per dimension with truncated, re-normalised
+    embeddings (Matryoshka), once per layer (AdaptiveLayer). So :meth:`loss` must be a pure function of its
+    arguments and the objective's state, recording nothing per call; per-step work belongs in
+    :meth:`prepare_batch` / :meth:`on_step_end`. An objective that cannot honour this declares
+    ``repeatable_loss = False`` (or ``prefix_embeddings = False``) and the wrapper refuses it at setup, in one
+    line (:attr:`ObjectiveWrapper.requires`).
+
+    Text columns: a negative column (``hard_neg``, ``neutral``) is encoded at every step, so one the objective
+    does not declare in :attr:`input_columns` or :attr:`optional_columns` is refused at setup
+    (:meth:`check_columns`) rather than encoded and never used.
 
     Constructor keyword arguments are the objective's hyperparameters (``--loss_args '{json}'``); a subclass
     validates them in ``__init__`` and raises ``ValueError`` naming the bad key. :meth:`get_config_dict`
@@ -209,6 +260,11 @@ class Objective(nn.Module):
     supports_gather: ClassVar[bool] = True
     supports_grad_cache: ClassVar[bool] = True
     needs_text: ClassVar[bool] = False
+    dropout_views: ClassVar[bool] = True
+    prefix_embeddings: ClassVar[bool] = True
+    repeatable_loss: ClassVar[bool] = True
+    supports_lora: ClassVar[bool] = True
+    uses_embeddings: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ lifecycle
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> Mapping[str, torch.Tensor]:
@@ -280,18 +336,30 @@ class Objective(nn.Module):
         return {"loss": self.name or cls.__name__, "class": f"{cls.__module__}:{cls.__qualname__}",
                 "loss_args": self.get_config_dict(), "learned": learned, "citation": self.citation}
 
+    def extra_tokens(self, model: nn.Module, max_seq_length: int) -> int:
+        """Declaration: the most tokens the objective adds to a row of ``max_seq_length`` tokens after the
+        collator's cut (a word-repeated view, a prompt template wrapped around the sentence); setup refuses a
+        ``--max_seq_length`` whose lengthened rows would exceed the model's positions. Default 0."""
+        return 0
+
     # ------------------------------------------------------------------ declarations checked at setup
     def check_columns(self, columns: list[str], source: str) -> None:
         """Refuse training data without the required columns.
 
         Raises:
             ValueError: a column of :attr:`input_columns` or :attr:`label_columns` is missing (names it, the
-                objective and the columns the data has).
+                objective and the columns the data has), or a negative column is there that the objective does
+                not declare (it would be encoded and never used).
         """
         missing = [c for c in (*self.input_columns, *self.label_columns) if c not in columns]
         if missing:
             raise ValueError(f"--loss {self.name} needs the column(s) {missing} in the training data {source!r}; "
                              f"it has {columns}")
+        unused = [c for c in NEGATIVE_COLUMNS if c in columns and c not in (*self.input_columns, *self.optional_columns)]
+        if unused:
+            raise ValueError(f"--loss {self.name} does not use the column(s) {unused} of the training data {source!r} "
+                             f"(it uses {[*self.input_columns, *self.optional_columns] or ['sent0']}); drop them "
+                             "(--no_hard_negatives drops hard_neg) or train on pairs")
 
     def check_batch(self, per_device: int, world: int, n_views: int) -> None:
         """Refuse a per-device batch below :attr:`min_batch` (one home for "batch >= N").
@@ -320,15 +388,27 @@ def _jsonable(value):
 class ObjectiveWrapper(Objective):
     """An objective that wraps another (``inner``) and changes one part of it (as sentence-transformers'
     ``MatryoshkaLoss`` wraps a loss): every method and declaration delegates to ``inner`` unless overridden.
-    ``inner`` is a submodule, so its state is trained, checkpointed and restored with the wrapper's."""
+    ``inner`` is a submodule, so its state is trained, checkpointed and restored with the wrapper's.
+
+    ``requires`` names the declarations (keys of :data:`REQUIREMENTS`) the inner objective must have true; one
+    it declares false is refused when the wrapper is built (at setup, before anything is loaded), in one line
+    naming ``option`` (how the user asked for the wrapper)."""
+
+    requires: ClassVar[tuple[str, ...]] = ()
+    option: ClassVar[str] = ""
 
     def __init__(self, inner: Objective):
         super().__init__()
         if not isinstance(inner, Objective):
             raise TypeError(f"{type(self).__name__} wraps an Objective, got {type(inner).__name__}")
+        for attr in self.requires:
+            if not getattr(inner, attr, True):
+                raise ValueError(f"{self.option or '--loss ' + type(self).name} cannot wrap --loss {inner.name}: "
+                                 f"{REQUIREMENTS[attr]}")
         self.inner = inner
         for attr in ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
-                     "supports_gather", "supports_grad_cache", "needs_text"):
+                     "supports_gather", "supports_grad_cache", "needs_text", "dropout_views", "prefix_embeddings",
+                     "repeatable_loss", "supports_lora", "uses_embeddings"):
             if attr not in type(self).__dict__:  # a wrapper's own declaration wins
                 setattr(self, attr, getattr(inner, attr))
         if "name" not in type(self).__dict__:
@@ -357,3 +437,6 @@ class ObjectiveWrapper(Objective):
 
     def check_batch(self, per_device, world, n_views):
         self.inner.check_batch(per_device, world, n_views)
+
+    def extra_tokens(self, model, max_seq_length):
+        return self.inner.extra_tokens(model, max_seq_length)

@@ -16,7 +16,7 @@ import torch
 from simcse.training.objectives import register_objective
 from simcse.training.objectives.base import LossContext, Objective
 
-__all__ = ["CoSENT", "ranked_pair_loss", "check_pairs"]
+__all__ = ["CoSENT", "ranked_pair_loss", "check_pairs", "gather_pairs"]
 
 
 def ranked_pair_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -51,6 +51,16 @@ def check_pairs(name: str, embeddings: torch.Tensor, batch) -> torch.Tensor:
     return scores
 
 
+def gather_pairs(embeddings: torch.Tensor, labels: torch.Tensor, context) -> tuple[torch.Tensor, torch.Tensor]:
+    """All processes' pairs: embeddings (B, 2, H) -> (W*B, 2, H) with gradients, scores (B,) -> (W*B,), in rank
+    order (identity in one process). A ranking loss over pairs orders every pair against every other, so each
+    process ranks the whole batch; every process computes the same loss, and the gathered gradient summed over
+    processes and averaged by DDP is the gradient of the one-process loss on the whole batch."""
+    if context is None or getattr(context, "world", 1) <= 1:
+        return embeddings, labels
+    return context.gather(embeddings), context.gather_nograd(labels.reshape(-1))
+
+
 @register_objective
 class CoSENT(Objective):
     """CoSENT on scored pairs (see the module).
@@ -75,7 +85,8 @@ class CoSENT(Objective):
 
     def loss(self, embeddings: torch.Tensor, batch, context: LossContext | None = None) -> torch.Tensor:
         """embeddings (B, 2, H), ``batch['score']`` (B,) -> float32 scalar."""
-        labels = check_pairs(self.name, embeddings, batch)
+        labels = check_pairs(self.name, embeddings, batch).to(embeddings.device, torch.float32)
+        embeddings, labels = gather_pairs(embeddings, labels, context)  # rank all processes' pairs
         emb = embeddings.float()
         cos = torch.nn.functional.cosine_similarity(emb[:, 0], emb[:, 1], dim=-1)  # (B,)
         return ranked_pair_loss(cos * self.scale, labels)

@@ -111,6 +111,7 @@ class DiffCSE(Objective):
         # BatchNorm statistics over a chunk are not the batch's, and GradCache differentiates the loss of the
         # whole batch's embeddings only, so the head's own gradients would be lost: refused at setup.
         self.supports_grad_cache = not self.batchnorm
+        self.prefix_embeddings = not self.batchnorm  # the batchnorm head is of the hidden size
 
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "lambda_weight": self.lambda_weight, "masking_ratio": self.masking_ratio,

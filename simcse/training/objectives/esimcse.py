@@ -63,6 +63,9 @@ class ESimCSE(Objective):
 
     name = "esimcse"
     supports_grad_cache = True
+    dropout_views = False  # view 1 is its own word-repeated copy (--fixed_dropout would drop it)
+    prefix_embeddings = repeatable_loss = False  # the queue holds full-width embeddings, pushed from loss()
+    supports_lora = False  # the momentum copy would hold the whole frozen base, in every adapter-only checkpoint
 
     def __init__(self, temp: float = 0.05, momentum: float = 0.995, neg_size: int = 160, dup_rate: float = 0.32):
         super().__init__()
@@ -81,6 +84,10 @@ class ESimCSE(Objective):
 
     def get_config_dict(self) -> dict:
         return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate}
+
+    def extra_tokens(self, model, max_seq_length: int) -> int:
+        """Word repetition lengthens a row of L tokens by at most ``min(10, int(dup_rate * L)) - 1``."""
+        return max(0, min(10, int(self.dup_rate * max_seq_length)) - 1)
 
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> dict:
         """The positive view (view 1) word-repeated (:func:`simcse.training.word_repetition.repeat_view`), drawn

@@ -10,6 +10,8 @@ class FixedDropout(ObjectiveWrapper):
     forward and backward (``--fixed_dropout``). Needs one-sentence rows."""
 
     input_columns = ("sent0",)
+    requires = ("uses_embeddings", "dropout_views")
+    option = "--fixed_dropout"
 
     def embed(self, model, batch, context):
         b, v = batch["input_ids"].shape[:2]

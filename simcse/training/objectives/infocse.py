@@ -69,6 +69,7 @@ class InfoCSE(Objective):
 
     name = "infocse"
     supports_grad_cache = False  # the trained contrastive head runs in loss(), on the whole batch (see docs)
+    prefix_embeddings = False  # the head is of the hidden size
 
     def __init__(self, temp: float = 0.05, mlm_weight: float = 1e-5, mlm_probability: float = 0.4, skip_from: int = 6,
                  n_head_layers: int = 2, batchnorm: bool = True, mlm_eval: bool = True, lm_head: str = "pretrained"):

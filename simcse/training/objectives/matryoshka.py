@@ -46,10 +46,12 @@ def _scalar(value) -> torch.Tensor:
 
 
 def _draw(n: int, k: int, context: LossContext | None, salt: int) -> list[int]:
-    """``k`` of ``range(n)`` (sorted), drawn from (seed, step, rank, salt); all of them when k <= 0 or k >= n."""
+    """``k`` of ``range(n)`` (sorted), drawn from (seed, step, salt) and the same on every rank
+    (:meth:`LossContext.shared_seed`: the processes train the same dimensions and layers); all of them when
+    k <= 0 or k >= n."""
     if k <= 0 or k >= n:
         return list(range(n))
-    g = torch.Generator().manual_seed(0 if context is None else context.draw_seed(salt))
+    g = torch.Generator().manual_seed(0 if context is None else context.shared_seed(salt))
     return sorted(torch.randperm(n, generator=g)[:k].tolist())
 
 
@@ -82,11 +84,14 @@ class Matryoshka(ObjectiveWrapper):
         n_dims_per_step: how many dimensions a step trains (-1: all).
 
     Raises:
-        ValueError: no dimensions, a dimension < 1, weights of another length, a wrapper as the inner loss,
-            or (at setup) a dimension above the model's hidden size (each message names the key).
+        ValueError: no dimensions, a dimension < 1 or listed twice, weights of another length, a wrapper as the
+            inner loss, an inner objective that cannot run on prefixes or more than once a step
+            (:attr:`~simcse.training.objectives.base.Objective.prefix_embeddings`, ``repeatable_loss``), or (at
+            setup) a dimension above the model's hidden size (each message names the key).
     """
 
     name = "matryoshka"
+    requires = ("uses_embeddings", "prefix_embeddings", "repeatable_loss")  # loss runs once per dimension, on a prefix
 
     def __init__(self, loss: str = "infonce", loss_args=None, matryoshka_dims=None, matryoshka_weights=None,
                  n_dims_per_step: int = -1):
@@ -95,6 +100,11 @@ class Matryoshka(ObjectiveWrapper):
         if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
             raise ValueError(f"--loss_args matryoshka_dims for --loss {self.name} must be a non-empty list of "
                              f"positive integers, got {matryoshka_dims!r}")
+        twice = sorted({d for d in dims if dims.count(d) > 1})
+        if twice:
+            raise ValueError(f"--loss_args matryoshka_dims for --loss {self.name} lists {twice} more than once (each "
+                             f"dimension is one loss term): give each dimension once, with its weight in "
+                             f"matryoshka_weights")
         weights = [1.0] * len(dims) if matryoshka_weights is None else list(matryoshka_weights)
         if len(weights) != len(dims):
             raise ValueError(f"--loss_args matryoshka_weights for --loss {self.name} needs one weight per "
@@ -158,6 +168,7 @@ class AdaptiveLayer(ObjectiveWrapper):
     """
 
     name = "adaptive_layer"
+    requires = ("uses_embeddings", "repeatable_loss")  # loss runs once for the last layer and once per earlier layer
 
     def __init__(self, loss: str = "infonce", loss_args=None, n_layers_per_step: int = 1,
                  last_layer_weight: float = 1.0, prior_layers_weight: float = 1.0, kl_div_weight: float = 1.0,

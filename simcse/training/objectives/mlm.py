@@ -24,6 +24,9 @@ class WithMLM(ObjectiveWrapper):
             carry their own masks).
     """
 
+    option = "--do_mlm"
+    requires = ("uses_embeddings",)
+
     def __init__(self, inner, weight: float = 0.1, masker=None):
         super().__init__(inner)
         if not weight >= 0:

@@ -45,6 +45,7 @@ class MNTP(Objective):
     min_batch = 1
     supports_gather = False
     supports_grad_cache = False
+    uses_embeddings = False  # token predictions only: the wrappers over sentence embeddings refuse it
 
     def __init__(self, mlm_probability: float = 0.2, mask_token_type: str = "blank"):
         super().__init__()
@@ -70,10 +71,15 @@ class MNTP(Objective):
             raise ValueError(f"--loss mntp trains decoder LLMs; the model is a {config.model_type!r} encoder "
                              "(use --do_mlm for masked-LM training of an encoder)")
         path = config._name_or_path
-        lm = AutoModelForCausalLM.from_pretrained(path, config=config)
+        lm, info = AutoModelForCausalLM.from_pretrained(path, config=config, output_loading_info=True)
         head = lm.get_output_embeddings()
         self._tied = head.weight.data_ptr() == lm.get_input_embeddings().weight.data_ptr() or bool(
             getattr(config, "tie_word_embeddings", False))
+        head_names = {n for n, p in lm.named_parameters() if p is head.weight}
+        if not self._tied and head_names & set(info.get("missing_keys", ())):
+            raise ValueError(f"--loss mntp predicts tokens with the model's LM head, and {path!r} has none (a folder "
+                             "saved by simcse keeps the encoder only; the head would be random): start MNTP from the "
+                             "original checkpoint")
         if not self._tied:
             self.lm_head = nn.Linear(head.in_features, head.out_features, bias=head.bias is not None)
             self.lm_head.load_state_dict(head.state_dict())

@@ -49,6 +49,7 @@ class PromptBERT(Objective):
     optional_columns = ("sent1", "hard_neg")
     supports_gather = True  # official cl_forward all-gathers z1, z2 (and z3) with the local rows' gradients
     supports_grad_cache = True  # the prompt and denoising live in the encoder's forward; loss(embeddings) only
+    dropout_views = False  # views 1.. use the second template (--fixed_dropout would drop it)
 
     def __init__(self, template: str = OFFICIAL_BERT_TEMPLATE, template2: str | None = OFFICIAL_BERT_TEMPLATE2,
                  temp: float = 0.05, denoise: bool = True, denoise_at_inference: bool = False,
@@ -96,6 +97,12 @@ class PromptBERT(Objective):
         # info_nce's hard_negative_alpha multiplies exp(logit); the official weight is added to the logit
         return info_nce(z1, *keys[:2], temp=self.temp, hard_negative_alpha=math.exp(self.hard_negative_weight),
                         labels=labels)
+
+    def extra_tokens(self, model, max_seq_length: int) -> int:
+        """The longest template's tokens around a ``[CLS] s [SEP]`` row (the model wraps each row in it)."""
+        from simcse.models.prompt import BoundPrompt
+
+        return max(BoundPrompt.bind(t, model.tokenizer).extra_tokens for t in self.prompt_config().templates)
 
     def get_config_dict(self) -> dict:
         return {"template": self.template, "template2": self.template2, "temp": self.temp, "denoise": self.denoise,

@@ -81,6 +81,7 @@ class SimCSEPlusPlus(Objective):
 
     name = "simcse_pp"
     supports_grad_cache = False  # the off-dropout forward keeps a whole-batch encoder graph inside loss()
+    prefix_embeddings = False  # the off-dropout negatives are encoded again at full width inside loss()
 
     def __init__(self, temp: float = 0.05, pos_ratio: float = 1.0, sampling_strategy: str = "off_dropout",
                  sw_weight: float = 0.1, sw_temp: float = 5.0):
