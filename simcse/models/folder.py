@@ -156,21 +156,6 @@ def quiet_transformers_bars():
         hf_logging.set_tqdm_hook(previous)
 
 
-@contextlib.contextmanager
-def quiet_load_report():
-    """Within the block, transformers logs errors only: its load report (a table of MISSING / UNEXPECTED weights)
-    is not printed, for loads whose outcome the caller checks itself and reports in one line. The previous
-    verbosity is restored on exit."""
-    from transformers.utils import logging as hf_logging
-
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(previous)
-
-
 def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     """Load ``AutoModel`` from ``path``; return (encoder, its detached pooler module or None).
 

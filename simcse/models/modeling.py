@@ -9,6 +9,8 @@ here for old imports) and the two-encoder ablation model (:mod:`simcse.models.du
 """
 from __future__ import annotations
 
+import contextlib
+
 import logging
 
 import torch
@@ -23,7 +25,7 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
     set_config_dropout,
 )
 from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
-                                  quiet_load_report, quiet_transformers_bars)
+                                  quiet_transformers_bars)
 from simcse.models.checkpointing import ActivationCheckpointing
 from simcse.models.decoder import is_bidirectional, is_decoder_config
 from simcse.models.inference import Encoding
@@ -40,6 +42,21 @@ __all__ = [
     "DROPOUT_SUFFIXES", "CPUDropout", "cpu_dropout", "keep_mask", "set_config_dropout", "encoder_config_with_dropout",
 ]
 
+
+
+@contextlib.contextmanager
+def quiet_load_report():
+    """Within the block, transformers logs errors only: its load report (a table of MISSING / UNEXPECTED weights)
+    is not printed, for loads whose outcome the caller checks itself and reports in one line. The previous
+    verbosity is restored on exit."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
 
 class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.Module):
     """Encoder + pooler mapping token ids to sentence embeddings.
