@@ -80,8 +80,29 @@ def _corr(value) -> float:
     return float(value)
 
 
+def _add_dev_intervals(metrics: dict, prefix: str, trainer, data_args, training_args) -> None:
+    """With ``--bootstrap N``: the 95% bootstrap intervals of the dev Spearmans just logged, as
+    ``<prefix>stsb_spearman_ci`` / ``<prefix>sickr_spearman_ci`` ([low, high]) in ``metrics`` (one more encoding of
+    the dev sets with the model as it is)."""
+    if not data_args.bootstrap:
+        return
+    from simcse.evaluation import evaluate
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    cap = getattr(getattr(model, "first", model), "max_input_tokens", 512)  # the trainer's own evaluation cut
+    res = evaluate(lambda s: model.encode(s, batch_size=training_args.per_device_eval_batch_size,
+                                          max_length=trainer.eval_max_length or cap),
+                   ["STSBenchmark", "SICKRelatedness"], data_dir=trainer.senteval_dir, mode="dev", bootstrap=data_args.bootstrap)
+    metrics[f"{prefix}stsb_spearman_ci"] = list(res["STSBenchmark"]["dev"]["spearman_ci"])
+    metrics[f"{prefix}sickr_spearman_ci"] = list(res["SICKRelatedness"]["dev"]["spearman_ci"])
+
+
 def _print_metrics(title: str, metrics: dict) -> None:
-    parts = [f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float) and ("spearman" in k or "avg_sts" in k)]
+    def shown(k, v):
+        ci = metrics.get(f"{k}_ci")
+        return f"{k}={v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+
+    parts = [shown(k, v) for k, v in metrics.items() if isinstance(v, float) and ("spearman" in k or "avg_sts" in k)]
     parts += [f"{k}={v:.2f}" for k, v in metrics.items() if k.endswith("avg_transfer")]
     print(f"[simcse] {title}: " + " ".join(parts), flush=True)
 
@@ -186,6 +207,7 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     results = {}
     if data_args.eval_before_training:
         results["before"] = trainer.evaluate()
+        _add_dev_intervals(results["before"], "eval_", trainer, data_args, training_args)
         _print_metrics(f"before training (dev; the starting model with pooler {model_args.pooler_type})", results["before"])
     start = _checkpoint_step(training_args.resume_from_checkpoint)
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -204,6 +226,7 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
         # (final_stsb_spearman, ...): logged at the last step, it must not read as a second eval_ value there;
         # with the transfer tasks when --do_eval or --eval_transfer (the trainer's final_eval_transfer).
         results["after"] = trainer.evaluate(metric_key_prefix="final")
+        _add_dev_intervals(results["after"], "final_", trainer, data_args, training_args)
         _print_metrics("after training (dev)", results["after"])
         _print_gain(results)
     if data_args.test_after_training and training_args.should_save:
@@ -211,11 +234,15 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
 
         model = trainer.model
         res = evaluate(lambda s: model.encode(s, batch_size=training_args.per_device_eval_batch_size),
-                       ["STSBenchmark", "SICKRelatedness"], data_dir=trainer.senteval_dir, mode="test")
+                       ["STSBenchmark", "SICKRelatedness"], data_dir=trainer.senteval_dir, mode="test",
+                       bootstrap=data_args.bootstrap)
         results["test"] = {
             "test_stsb_spearman": _corr(res["STSBenchmark"]["test"]["spearman"]),
             "test_sickr_spearman": _corr(res["SICKRelatedness"]["test"]["spearman"]),
         }
+        if data_args.bootstrap:
+            results["test"]["test_stsb_spearman_ci"] = list(res["STSBenchmark"]["test"]["spearman_ci"])
+            results["test"]["test_sickr_spearman_ci"] = list(res["SICKRelatedness"]["test"]["spearman_ci"])
         _print_metrics("after training (test)", results["test"])
     if training_args.should_save:
         from simcse.models.card import card_after_training

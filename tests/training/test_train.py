@@ -400,3 +400,20 @@ def test_a_resumed_run_says_how_many_steps_it_trained(tmp_path, tiny_bert_dir, t
     assert "[simcse] trained 2 steps in" in capsys.readouterr().out
     main(_argv(tiny_bert_dir, train_txt, out, "--max_steps", "3", "--resume_from_checkpoint", str(out / "checkpoint-2")))
     assert "[simcse] trained 1 steps (steps 3-3, resumed from step 2) in" in capsys.readouterr().out
+
+
+def test_bootstrap_intervals_on_the_training_lines(tmp_path, tiny_bert_dir, train_txt, capsys):
+    """--bootstrap N: the before / after (dev) and test lines carry 95% intervals that hold the printed values;
+    simcse_results.json records them."""
+    from conftest import write_senteval
+
+    senteval = write_senteval(tmp_path / "downstream")
+    out = tmp_path / "out"
+    main(_eval_run_args(tiny_bert_dir, train_txt, out, senteval, "--bootstrap", "200"))
+    printed = capsys.readouterr().out
+    results = json.loads((out / "simcse_results.json").read_text())
+    for section, prefix in (("before", "eval_"), ("after", "final_"), ("test", "test_")):
+        value, (low, high) = results[section][f"{prefix}stsb_spearman"], results[section][f"{prefix}stsb_spearman_ci"]
+        assert low <= value <= high
+        assert f"{prefix}stsb_spearman={value:.4f} [{low:.4f}, {high:.4f}]" in printed
+    assert "error: --bootstrap" in training_error(_argv(tiny_bert_dir, train_txt, tmp_path / "b", "--bootstrap", "1"))
