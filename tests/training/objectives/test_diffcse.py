@@ -111,6 +111,28 @@ def _reference_modules(model, obj, folders):
 
 
 # ----------------------------------------------------------------------------------------- fidelity
+def test_the_projection_head_starts_as_the_official_one(folders):
+    """The official ProjectionMLP is built in ``cl_init`` before ``init_weights``: its Linear weights are
+    N(0, initializer_range = 0.02) (no biases), its BatchNorm weights 1 and 0 -- not torch's default Linear init
+    (uniform, std 1/sqrt(3 * fan_in): 0.10 for the tiny model's 32 inputs)."""
+    from simcse.models.modeling import SimCSEModel
+
+    enc, gen = folders
+    model = SimCSEModel.from_pretrained(str(enc), pooler_type="cls_before_pooler")
+    obj = build_objective("diffcse", {"generator_name": str(gen)})
+    obj.setup(model, types.SimpleNamespace())
+    std = model.encoder.config.initializer_range
+    assert std == 0.02
+    for layer in (obj.mlp.net[0], obj.mlp.net[3]):
+        assert layer.bias is None
+        assert abs(float(layer.weight.detach().std()) - std) < 0.2 * std, float(layer.weight.detach().std())
+        assert abs(float(layer.weight.mean())) < 0.2 * std
+    default = nn.Linear(model.hidden_size, 2 * model.hidden_size, bias=False)
+    assert abs(float(default.weight.detach().std()) - std) > 3 * std  # the control: torch's default start is told apart
+    assert torch.equal(obj.mlp.net[1].weight, torch.ones_like(obj.mlp.net[1].weight))
+    assert torch.equal(obj.mlp.net[1].bias, torch.zeros_like(obj.mlp.net[1].bias))
+
+
 def test_loss_and_gradients_equal_the_official_forward(folders):
     model, obj = _build(folders)
     batch = reversed_pair_batch(model.tokenizer)

@@ -121,6 +121,20 @@ def test_the_heads_start_from_the_checkpoint(mlm_folder):
         assert torch.equal(v, ref.bert.state_dict()[k]), k
 
 
+@pytest.mark.parametrize("batchnorm", [True, False])
+def test_the_contrastive_head_starts_as_the_official_one(mlm_folder, batchnorm):
+    """The official head (ProjectionMLP with --batchnorm, else MLPLayer) is built in ``cl_init`` before
+    ``init_weights``: Linear weights N(0, initializer_range = 0.02), biases 0 -- not torch's default Linear init
+    (std 1/sqrt(3 * fan_in): 0.10 for the tiny model's 32 inputs)."""
+    model, obj = _build(mlm_folder, batchnorm=batchnorm)
+    std = model.encoder.config.initializer_range
+    layers = (obj.head.net[0], obj.head.net[3]) if batchnorm else (obj.head.dense,)
+    for layer in layers:
+        assert abs(float(layer.weight.detach().std()) - std) < 0.2 * std, float(layer.weight.detach().std())
+        assert layer.bias is None or torch.equal(layer.bias, torch.zeros_like(layer.bias))
+    assert abs(float(nn.Linear(32, 32).weight.detach().std()) - std) > 3 * std  # the control: the default is told apart
+
+
 def test_loss_and_gradients_equal_the_official_forward(mlm_folder):
     model, obj = _perturbed(mlm_folder)
     batch = reversed_pair_batch(model.tokenizer)
