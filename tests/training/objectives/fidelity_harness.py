@@ -154,3 +154,99 @@ def assert_told_apart(ours: list[Step], theirs: list[Step], what: str = "loss", 
     found = mismatch(ours, theirs)[what]
     assert found > factor * TOLERANCES[what], (what, found)
     return found
+
+
+# ---------------------------------------------------------------- the family's official BertForCL, shared
+class OfficialBertForCL:
+    """The SimCSE family's official ``BertForCL`` encoding for ``--pooler_type cls --mlp_only_train`` in training:
+    ``cl_forward``'s flattening of the (bs, num_sent, L) views into one ``BertModel`` forward, the [CLS] state,
+    then ``MLPLayer`` (Linear + Tanh). Built as ``from_pretrained`` builds it: the ``BertModel`` from the
+    checkpoint's ``encoder.*`` weights, the MLP from its ``mlp.dense.*`` (``checkpoint``: a project model's
+    state dict before training, the same start on both sides); eager attention, ``dtype`` (float64).
+    ``train_mode=False`` (a negative control) encodes without dropout."""
+
+    def __init__(self, config, checkpoint: Mapping[str, torch.Tensor], dtype=torch.float64, train_mode: bool = True):
+        import copy
+
+        from torch import nn
+        from transformers import BertModel
+
+        config = copy.deepcopy(config)
+        config._attn_implementation = "eager"
+        self.bert = BertModel(config, add_pooling_layer=False).to(dtype)
+        self.bert.load_state_dict({k[len("encoder."):]: v for k, v in checkpoint.items() if k.startswith("encoder.")})
+        hidden = config.hidden_size
+        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()).to(dtype)
+        self.mlp[0].load_state_dict({k[len("mlp.dense."):]: v for k, v in checkpoint.items() if k.startswith("mlp.dense.")})
+        self.train_mode = train_mode
+
+    def encode(self, batch: Mapping[str, torch.Tensor], view: int | None = None) -> torch.Tensor:
+        """(bs, num_sent, H) pooled views (``view``: that view only, (bs, H)), in the HF Trainer's train mode."""
+        self.bert.train(self.train_mode)
+        ids = batch["input_ids"] if view is None else batch["input_ids"][:, view:view + 1]
+        bs, num_sent, length = ids.shape
+        sel = (lambda k: batch[k]) if view is None else (lambda k: batch[k][:, view:view + 1])
+        out = self.bert(input_ids=ids.reshape(-1, length), attention_mask=sel("attention_mask").reshape(-1, length),
+                        token_type_ids=sel("token_type_ids").reshape(-1, length))
+        pooled = self.mlp(out.last_hidden_state[:, 0]).view(bs, num_sent, -1)
+        return pooled if view is None else pooled[:, 0]
+
+    def parameters(self) -> list:
+        """The trained parameters (encoder, then MLP)."""
+        return [*self.bert.parameters(), *self.mlp.parameters()]
+
+    def weights(self) -> dict:
+        """The trained weights under the project's names."""
+        return {**{f"encoder.{k}": p for k, p in self.bert.named_parameters()},
+                "mlp.dense.weight": self.mlp[0].weight, "mlp.dense.bias": self.mlp[0].bias}
+
+
+class LossReference:
+    """A stateless :class:`Reference`: an :class:`OfficialBertForCL` and an official loss of its pooled views,
+    ``loss_fn(pooled (bs, num_sent, H), batch, cl) -> scalar`` (``cl`` for losses that encode again)."""
+
+    def __init__(self, cl: OfficialBertForCL, loss_fn):
+        self.cl, self.loss_fn = cl, loss_fn
+
+    def parameters(self):
+        return self.cl.parameters()
+
+    def step_loss(self, step, batch):
+        return self.loss_fn(self.cl.encode(batch), batch, self.cl)
+
+    def after_step(self, step):
+        pass
+
+    def weights(self):
+        return self.cl.weights()
+
+    def state(self):
+        return {}
+
+
+def start_model(folder):
+    """A float64 training-mode SimCSE model of ``folder`` ([CLS] + a random MLP in training only, spread weights;
+    ``conftest.spread_cls_model``) and its state dict before training (the checkpoint both sides start from)."""
+    from conftest import spread_cls_model
+
+    model = spread_cls_model(folder).double()
+    return model, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def sentence_batches(tokenizer, n_batches: int, bs: int, views: int = 1, seed: int = 1) -> list[dict]:
+    """``n_batches`` (bs, V, L) batches as ``ContrastiveCollator`` gives them: ``views == 1`` one random sentence
+    per row, repeated (unsupervised, V = 2); else ``views`` distinct sentences per row (supervised columns)."""
+    from conftest import random_sentences
+    from simcse.training.data import ContrastiveCollator
+
+    sents = random_sentences(n_batches * bs * views, seed=seed)
+    collate = ContrastiveCollator(pad_token_id=tokenizer.pad_token_id)
+    out = []
+    for b in range(n_batches):
+        rows = []
+        for i in range(bs):
+            first = (b * bs + i) * views
+            enc = [tokenizer(s, truncation=True, max_length=32) for s in sents[first:first + views]]
+            rows.append({k: [e[k] for e in enc] for k in enc[0]})
+        out.append(collate(rows))
+    return out
