@@ -180,9 +180,10 @@ class OfficialBertForCL:
         self.mlp[0].load_state_dict({k[len("mlp.dense."):]: v for k, v in checkpoint.items() if k.startswith("mlp.dense.")})
         self.train_mode = train_mode
 
-    def encode(self, batch: Mapping[str, torch.Tensor], view: int | None = None) -> torch.Tensor:
-        """(bs, num_sent, H) pooled views (``view``: that view only, (bs, H)), in the HF Trainer's train mode."""
-        self.bert.train(self.train_mode)
+    def encode(self, batch: Mapping[str, torch.Tensor], view: int | None = None, train: bool | None = None) -> torch.Tensor:
+        """(bs, num_sent, H) pooled views (``view``: that view only, (bs, H)), in the HF Trainer's train mode
+        (``train=False``: the encoder in eval mode for this call, as an official dropout-free pass)."""
+        self.bert.train(self.train_mode if train is None else train)
         ids = batch["input_ids"] if view is None else batch["input_ids"][:, view:view + 1]
         bs, num_sent, length = ids.shape
         sel = (lambda k: batch[k]) if view is None else (lambda k: batch[k][:, view:view + 1])
