@@ -45,13 +45,16 @@ def _snapshot(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tens
 
 
 def project_steps(model, objective, batches: list[Mapping[str, torch.Tensor]], *, lr: float = 0.1, seed: int = 0,
-                  state: Callable[[object], Mapping[str, torch.Tensor]] | None = None) -> list[Step]:
+                  state: Callable[[object], Mapping[str, torch.Tensor]] | None = None, set_up: bool = True) -> list[Step]:
     """Train ``model`` (in training mode) with ``objective`` over ``batches``, one SGD(``lr``) step each, in the
-    trainer's order (setup with ``args.seed = seed``, prepare_batch, embed, loss + chunk_loss, backward, step,
-    on_step_end); the objective's trainable parameters are optimised with the model's. ``state(objective)``
-    names the tensors the method carries, recorded after each step."""
+    trainer's order (setup with ``args.seed = seed`` unless ``set_up`` is False -- the caller set it up, e.g. to
+    read its random heads' start --, prepare_batch, embed, loss + chunk_loss, backward, step, on_step_end); the
+    objective's trainable parameters are optimised with the model's. ``state(objective)`` names the tensors the
+    method carries, recorded after each step."""
     model.train()
-    objective.setup(model, SimpleNamespace(seed=seed))
+    if set_up:
+        objective.setup(model, SimpleNamespace(seed=seed))
+    objective.train()
     params = [p for p in (*model.parameters(), *objective.parameters()) if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr)
     steps = []
