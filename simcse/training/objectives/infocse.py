@@ -133,9 +133,10 @@ class InfoCSE(Objective):
         self.c_head.apply(encoder._init_weights)
         path = getattr(encoder.config, "_name_or_path", "") or ""
         self._load_condenser_head(path)
-        self.lm_head = self._make_lm_head(encoder, path)
         hidden = encoder.config.hidden_size
         dtype = next(encoder.parameters()).dtype
+        self.c_head.to(dtype)  # the encoder's dtype (the frozen states they read are in it)
+        self.lm_head = self._make_lm_head(encoder, path).to(dtype)
         if self.batchnorm:
             self.head = ProjectionMLP(hidden, init_std=official_init_std(encoder)).to(dtype)  # cl_init's init_weights
         else:
