@@ -97,6 +97,17 @@ class Reference(Protocol):
         """The method's state, as the next batch will see it, under the project's state names."""
 
 
+class ReferenceBase:
+    """Defaults of a :class:`Reference`: nothing after the optimizer step, no state beyond the weights."""
+
+    def after_step(self, step: int) -> None:
+        """Nothing (the official code does its updates inside the forward or not at all)."""
+
+    def state(self) -> dict:
+        """No state besides the trained weights."""
+        return {}
+
+
 def reference_steps(ref: Reference, batches: list[Mapping[str, torch.Tensor]], *, lr: float = 0.1) -> list[Step]:
     """Train ``ref`` over ``batches`` (its own official-rule batches), one SGD(``lr``) step each, the torch seed
     set to :func:`dropout_seed` before each forward; the same records as :func:`project_steps`."""
@@ -205,7 +216,7 @@ class OfficialBertForCL:
                 "mlp.dense.weight": self.mlp[0].weight, "mlp.dense.bias": self.mlp[0].bias}
 
 
-class LossReference:
+class LossReference(ReferenceBase):
     """A stateless :class:`Reference`: an :class:`OfficialBertForCL` and an official loss of its pooled views,
     ``loss_fn(pooled (bs, num_sent, H), batch, cl) -> scalar`` (``cl`` for losses that encode again)."""
 
@@ -218,14 +229,8 @@ class LossReference:
     def step_loss(self, step, batch):
         return self.loss_fn(self.cl.encode(batch), batch, self.cl)
 
-    def after_step(self, step):
-        pass
-
     def weights(self):
         return self.cl.weights()
-
-    def state(self):
-        return {}
 
 
 def start_model(folder):

@@ -12,6 +12,7 @@ from torch import nn
 
 from conftest import (assert_same_gradients, make_tiny_model, pair_grads, perturb, reference_mask_tokens,
                       reference_flat_views, reference_projection, reversed_pair_batch)
+from fidelity_harness import ReferenceBase
 from simcse.training.objectives import LossContext, build_objective
 
 LAMBDA, MASK, TEMP = 0.005, 0.30, 0.05
@@ -425,7 +426,7 @@ def test_two_processes_with_gathered_negatives_equal_one_process(folders, tmp_pa
 
 
 # ----------------------------------------------------------------------------------------- several steps, dropout on
-class OfficialDiffCSE:
+class OfficialDiffCSE(ReferenceBase):
     """BertForCL (``--pooler_type cls --batchnorm --mlp_only_train``) and train.py, trained over several steps with
     dropout, built as the official code builds it: ``bert`` and the ``discriminator`` both from the pretrained
     checkpoint (train.py loads the checkpoint's BERT into the discriminator), the generator from its masked-LM
@@ -477,9 +478,6 @@ class OfficialDiffCSE:
         cl = loss_fct(cos_sim, torch.arange(cos_sim.size(0)))
         electra = loss_fct(self.head(mlm_hidden).view(-1, 2), replaced.view(-1))
         return cl + self.lam * electra
-
-    def after_step(self, step):
-        pass
 
     def weights(self):
         return {f"encoder.{k}": p for k, p in self.bert.named_parameters()}

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from conftest import make_tiny_model, random_sentences, spread_cls_model
-from fidelity_harness import (TOLERANCES, assert_steps_match, assert_told_apart, mismatch, project_steps,
-                              reference_steps)
+from fidelity_harness import (TOLERANCES, OfficialBertForCL, ReferenceBase, assert_steps_match, assert_told_apart,
+                              mismatch, project_steps, reference_steps)
 from simcse.training.objectives import LossContext, build_objective
 from simcse.training.word_repetition import repeat_tokens
 
@@ -37,7 +37,7 @@ def official_bpe_dup(input_ids: list[int], dup_rate: float, rnd: random.Random) 
     return input_ids
 
 
-class OfficialESimCSE:
+class OfficialESimCSE(ReferenceBase):
     """BertForCL with momentum > 0 and the trainer's compute_loss (neg_size > 0), unsupervised, cls pooler, built
     as the official code builds it: ``bert`` and the MLP from the checkpoint ``state`` (``from_pretrained`` loads
     ``bert.*``; the MLP is the checkpoint's here, the same start on both sides), ``momentum_model`` a
@@ -48,18 +48,14 @@ class OfficialESimCSE:
     negative controls' changes."""
 
     def __init__(self, config, state: dict, temp: float, momentum: float, neg_size: int, seed: int,
-                 start: str = "official", momentum_pass_train: bool = False, dtype=torch.float64):
+                 start: str = "official", momentum_pass_train: bool = False):
         from transformers import BertModel
 
-        config = copy.deepcopy(config)
-        config._attn_implementation = "eager"
-        self.bert = BertModel(config, add_pooling_layer=False).to(dtype).train()
-        self.bert.load_state_dict({k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")})
-        hidden = config.hidden_size
-        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()).to(dtype)  # MLPLayer: dense + tanh
-        self.mlp[0].load_state_dict({k[len("mlp.dense."):]: v for k, v in state.items() if k.startswith("mlp.dense.")})
+        self.cl = OfficialBertForCL(config, state)  # bert (from the checkpoint) + MLPLayer, float64
+        self.bert, self.mlp = self.cl.bert, self.cl.mlp
+        dtype = self.mlp[0].weight.dtype
         if start == "official":
-            self.momentum_model = BertModel(config, add_pooling_layer=False).to(dtype)  # its pooler is never used
+            self.momentum_model = BertModel(self.bert.config, add_pooling_layer=False).to(dtype)  # pooler unused
             for p in self.momentum_model.parameters():
                 p._is_hf_initialized = False
             with torch.random.fork_rng(devices=[]), torch.no_grad():
@@ -74,22 +70,19 @@ class OfficialESimCSE:
         self.pre_z1 = None
 
     def parameters(self):
-        return [*self.bert.parameters(), *self.mlp.parameters()]
+        return self.cl.parameters()
 
     def sim(self, x, y):
         return nn.CosineSimilarity(dim=-1)(x, y) / self.temp
 
     def step_loss(self, step: int, batch: dict) -> torch.Tensor:
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        bs, num_sent, length = ids.shape
+        bs = ids.shape[0]
         # compute_loss: model.train(); cl_forward (disable_dropout False): encode, then the momentum update with
         # the weights the batch is encoded with
-        self.bert.train()
-        out = self.bert(input_ids=ids.view(-1, length), attention_mask=mask.view(-1, length),
-                        token_type_ids=batch["token_type_ids"].view(-1, length))
+        pooled = self.cl.encode(batch)  # (bs, num_sent, H); the update below does not touch the online weights
         for param, param_m in zip(self.bert.parameters(), self.momentum_model.parameters()):
             param_m.data = param_m.data * self.momentum + param.data * (1.0 - self.momentum)
-        pooled = self.mlp(out.last_hidden_state[:, 0]).view(bs, num_sent, -1)
         z1, z2 = pooled[:, 0], pooled[:, 1]
         cos_sim = self.sim(z1.unsqueeze(1), z2.unsqueeze(0))
         labels = torch.arange(bs)
@@ -105,12 +98,8 @@ class OfficialESimCSE:
         self.pre_z1 = eval_z.clone() if self.pre_z1 is None else torch.cat((self.pre_z1, eval_z.clone()), 0)[-self.neg_size:]
         return loss
 
-    def after_step(self, step: int) -> None:
-        pass
-
     def weights(self) -> dict:
-        return {**{f"encoder.{k}": p for k, p in self.bert.named_parameters()},
-                "mlp.dense.weight": self.mlp[0].weight, "mlp.dense.bias": self.mlp[0].bias}
+        return self.cl.weights()
 
     def state(self) -> dict:
         """The queue and the momentum weights the next batch is encoded with (the official update runs at the

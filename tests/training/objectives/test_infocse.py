@@ -12,6 +12,7 @@ from torch import nn
 
 from conftest import (assert_same_gradients, make_tiny_model, pair_grads, perturb, reference_mask_tokens,
                       reference_flat_views, reference_projection, reversed_pair_batch)
+from fidelity_harness import ReferenceBase
 from simcse.training.objectives import LossContext, build_objective
 
 WEIGHT, PROB, TEMP, SKIP = 0.1, 0.4, 0.05, 1  # the fidelity check's weight is large enough for the MLM path's
@@ -333,7 +334,7 @@ def test_resume_mid_run_equals_the_uninterrupted_run_and_the_folder_is_the_encod
 
 
 # ----------------------------------------------------------------------------------------- several steps, dropout on
-class OfficialInfoCSE:
+class OfficialInfoCSE(ReferenceBase):
     """BertForCL (models_cls_mlm.py, ``--do_mlm --batchnorm --mlm_eval``) and train_cls_mlm.py over several steps
     with dropout, built as the official code builds it: the encoder from the checkpoint, the frozen ``mlm``
     network from the checkpoint cut at ``skip_from`` layers (eval mode, under ``no_grad``), ``lm_head`` the
@@ -361,9 +362,6 @@ class OfficialInfoCSE:
         cl, mlm_part = official_loss(self.enc, self.mlm, self.c_head, self.lm_head, self.mlp, self.tokenizer, batch,
                                      seed, w=self.w, p=self.p, temp=self.temp)
         return cl + mlm_part
-
-    def after_step(self, step):
-        pass
 
     def weights(self):
         return {f"encoder.{k}": p for k, p in self.enc.named_parameters() if not k.startswith("pooler.")}

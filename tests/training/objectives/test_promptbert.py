@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from conftest import SENTENCES, make_tiny_model, write_corpus
+from fidelity_harness import ReferenceBase
 from simcse.models.modeling import SimCSEModel
 from simcse.training.objectives import build_objective
 from simcse.training.objectives.base import LossContext
@@ -201,36 +202,25 @@ def test_gradient_caching_equals_the_whole_batch(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- several steps
-class OfficialPromptBERT:
+class OfficialPromptBERT(ReferenceBase):
     """cl_forward (``--mask_embedding_sentence_delta``) trained over several steps: the encoder and MLP from the
     start checkpoint, each step's sentences templated and batched as train.py does."""
 
     def __init__(self, model, start, sentence_lists, **kw):
-        from transformers import BertModel
+        from fidelity_harness import OfficialBertForCL
 
-        self.enc = BertModel(model.encoder.config, add_pooling_layer=False)
-        self.enc.config._attn_implementation = "eager"
-        self.enc.double().load_state_dict({k[len("encoder."):]: v for k, v in start.items() if k.startswith("encoder.")})
-        self.mlp = nn.Sequential(nn.Linear(model.hidden_size, model.hidden_size), nn.Tanh()).double()
-        self.mlp[0].load_state_dict({"weight": start["mlp.dense.weight"], "bias": start["mlp.dense.bias"]})
+        self.cl = OfficialBertForCL(model.encoder.config, start)
         self.tok, self.sentence_lists, self.kw = model.tokenizer, sentence_lists, {"t1": T1, "t2": T2, "temp": TEMP, **kw}
 
     def parameters(self):
-        return [*self.enc.parameters(), *self.mlp.parameters()]
+        return self.cl.parameters()
 
     def step_loss(self, step, batch):
-        self.enc.train()
-        return _official_loss(self.enc, self.mlp, self.tok, self.sentence_lists[step], **self.kw)
-
-    def after_step(self, step):
-        pass
+        self.cl.bert.train()
+        return _official_loss(self.cl.bert, self.cl.mlp, self.tok, self.sentence_lists[step], **self.kw)
 
     def weights(self):
-        return {**{f"encoder.{k}": p for k, p in self.enc.named_parameters()},
-                "mlp.dense.weight": self.mlp[0].weight, "mlp.dense.bias": self.mlp[0].bias}
-
-    def state(self):
-        return {}
+        return self.cl.weights()
 
 
 def test_promptbert_trains_as_the_official_code_over_steps(tiny):

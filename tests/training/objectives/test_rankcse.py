@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import SENTENCES, make_tiny_model, write_corpus
+from fidelity_harness import ReferenceBase
 from simcse.models.modeling import SimCSEModel
 from simcse.training.objectives import build_objective
 from simcse.training.objectives.base import LossContext
@@ -273,7 +274,7 @@ def dropout_folders(tmp_path_factory):
     return {name: make_tiny_model(root / name, "bert", seed=seed) for name, seed in (("student", 0), ("t1", 1), ("t2", 2))}
 
 
-class CommunityRankCSE:
+class CommunityRankCSE(ReferenceBase):
     """The community code trained over several steps: the student and MLP from the start checkpoint, the teachers
     loaded from their checkpoints (``from_pretrained``, eval mode unless ``teachers_train``, a negative control).
     ListMLE's column permutation is the objective's recorded draw (a seeded ``randperm`` of the batch; the
@@ -282,33 +283,24 @@ class CommunityRankCSE:
     def __init__(self, model, start, folders, distillation, seed, teachers_train=False, **kw):
         from transformers import BertModel
 
-        self.enc = BertModel(model.encoder.config, add_pooling_layer=False).double()
-        self.enc.config._attn_implementation = "eager"
-        self.enc.load_state_dict({k[len("encoder."):]: v for k, v in start.items() if k.startswith("encoder.")})
-        self.mlp = nn.Sequential(nn.Linear(model.hidden_size, model.hidden_size), nn.Tanh()).double()
-        self.mlp[0].load_state_dict({"weight": start["mlp.dense.weight"], "bias": start["mlp.dense.bias"]})
+        from fidelity_harness import OfficialBertForCL
+
+        self.cl = OfficialBertForCL(model.encoder.config, start)
         self.teachers = [(BertModel.from_pretrained(str(folders[n]), attn_implementation="eager",
                                                     add_pooling_layer=False).double().train(teachers_train), pooler)
                          for n, pooler in (("t1", "cls_before_pooler"), ("t2", "avg"))]
         self.distillation, self.seed, self.kw = distillation, seed, kw
 
     def parameters(self):
-        return [*self.enc.parameters(), *self.mlp.parameters()]
+        return self.cl.parameters()
 
     def step_loss(self, step, batch):
-        self.enc.train()
+        self.cl.bert.train()
         perm = _perm(batch["input_ids"].shape[0], seed=self.seed, step=step)
-        return _community_loss(self.enc, self.mlp, self.teachers, batch, self.distillation, perm, **self.kw)
-
-    def after_step(self, step):
-        pass
+        return _community_loss(self.cl.bert, self.cl.mlp, self.teachers, batch, self.distillation, perm, **self.kw)
 
     def weights(self):
-        return {**{f"encoder.{k}": p for k, p in self.enc.named_parameters()},
-                "mlp.dense.weight": self.mlp[0].weight, "mlp.dense.bias": self.mlp[0].bias}
-
-    def state(self):
-        return {}
+        return self.cl.weights()
 
 
 @pytest.mark.parametrize("distillation", ["listnet", "listmle"])
