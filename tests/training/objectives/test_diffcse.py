@@ -483,14 +483,17 @@ class OfficialDiffCSE(ReferenceBase):
         return {f"encoder.{k}": p for k, p in self.bert.named_parameters()}
 
     def state(self):
-        return {**{f"discriminator.{k}": p for k, p in self.disc.named_parameters()},
+        return {**{f"generator.{k}": p for k, p in self.gen.named_parameters()},
+                **{f"discriminator.{k}": p for k, p in self.disc.named_parameters()},
                 **{f"electra_head.{k}": p for k, p in self.head.named_parameters()},
                 **{f"mlp.net.{k}": p for k, p in self.mlp.named_parameters()}}
 
 
 def diffcse_state(obj) -> dict:
-    """The trained state DiffCSE carries besides the encoder: discriminator, RTD head, projection head."""
-    return {**{f"discriminator.{k}": p for k, p in obj.discriminator.named_parameters()},
+    """The state DiffCSE carries besides the encoder: the frozen generator, the trained discriminator, RTD head
+    and projection head."""
+    return {**{f"generator.{k}": p for k, p in obj.generator.named_parameters()},
+            **{f"discriminator.{k}": p for k, p in obj.discriminator.named_parameters()},
             **{f"electra_head.{k}": p for k, p in obj.electra_head.named_parameters()},
             **{f"mlp.{k}": p for k, p in obj.mlp.named_parameters()}}
 
