@@ -16,7 +16,7 @@ from torch import nn
 
 from conftest import make_tiny_model, random_sentences, spread_cls_model
 from fidelity_harness import (TOLERANCES, OfficialBertForCL, ReferenceBase, assert_steps_match, assert_told_apart,
-                              mismatch, project_steps, reference_steps)
+                              mismatch, project_steps, reference_steps, sentence_batches)
 from simcse.training.objectives import LossContext, build_objective
 from simcse.training.word_repetition import repeat_tokens
 
@@ -121,19 +121,6 @@ HP = {"temp": 0.05, "momentum": 0.8, "neg_size": 12, "dup_rate": 0.32}
 SEED = 3
 
 
-def collated_batches(tokenizer, n_batches: int, bs: int) -> list[dict]:
-    """(bs, 2, L) unsupervised batches as the collator gives them: both views the same sentence."""
-    from simcse.training.data import ContrastiveCollator
-
-    sents = random_sentences(n_batches * bs, seed=1)
-    collate = ContrastiveCollator(pad_token_id=tokenizer.pad_token_id)
-    out = []
-    for b in range(n_batches):
-        rows = [tokenizer(s, truncation=True, max_length=32) for s in sents[b * bs:(b + 1) * bs]]
-        out.append(collate([{k: [r[k]] for k in r} for r in rows]))
-    return out
-
-
 def official_batches(tokenizer, n_batches: int, bs: int, dup_rate: float, seed: int) -> list[dict]:
     """The official ``prepare_features`` (``--dup_type bpe``: view 1 repeated) and padding collator over the same
     sentences, the repetition drawn from the objective's recorded stream (``random.Random`` seeded with the
@@ -168,7 +155,7 @@ def multistep(tiny_bert_dir):
     model's start, and the official batches."""
     model = spread_cls_model(tiny_bert_dir).double()
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    data = collated_batches(model.tokenizer, n_batches=4, bs=8)
+    data = sentence_batches(model.tokenizer, n_batches=4, bs=8)
     ours = project_steps(model, build_objective("esimcse", HP), data, seed=SEED, state=esimcse_state)
     return ours, start, model.encoder.config, official_batches(model.tokenizer, 4, 8, HP["dup_rate"], SEED)
 
@@ -215,7 +202,7 @@ def test_copy_start_is_mocos_and_matches_a_copying_transcription(tiny_bert_dir):
     trains as a transcription that copies; the official start's momentum weights differ from it."""
     model = spread_cls_model(tiny_bert_dir).double()
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    data = collated_batches(model.tokenizer, n_batches=3, bs=8)
+    data = sentence_batches(model.tokenizer, n_batches=3, bs=8)
     batches = official_batches(model.tokenizer, 3, 8, HP["dup_rate"], SEED)
     ours = project_steps(model, build_objective("esimcse", {**HP, "momentum_init": "copy"}), data, seed=SEED,
                          state=esimcse_state)
