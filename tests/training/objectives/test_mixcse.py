@@ -5,7 +5,6 @@ relative, through the model (a tiny BERT, [CLS] + MLP); and over several optimiz
 shared harness, ``fidelity_harness.py``), with negative controls."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torch import nn
