@@ -14,8 +14,13 @@ Transcribed from the official code (caskcsg/sentemb, ``ESimCSE/esimcse/models.py
 * the queue holds the momentum encoder's embeddings of view 0 (the *unrepeated* sentences) of past batches,
   computed in eval mode (no dropout) through the *online* MLP head (the momentum copy is of the backbone
   only), at most ``neg_size`` rows, first in first out; the first batch has none;
+* the momentum encoder starts from *random* weights (``BertForCL.__init__`` copies the freshly built ``bert``
+  before the checkpoint is loaded, ``cl_init``'s ``init_weights`` draws every weight again, and the checkpoint
+  has no ``momentum_model.*``): ``momentum_init="official"``, drawn here with the model's own ``_init_weights``
+  from the run's seed; ``"copy"`` starts from the pretrained backbone (MoCo's start);
 * the momentum update uses the encoder's weights *before* the optimizer step of the batch whose embeddings it
-  then computes. Updating after each optimizer step (:meth:`on_step_end`) with the new weights gives the same
+  then computes (so the first batch already sees ``lambda * start + (1 - lambda) * theta_0``: made at setup
+  here). Updating after each optimizer step (:meth:`on_step_end`) with the new weights gives the same
   sequence of momentum weights: the weights the next batch's forward and queue entries see;
 * the queue is per process (the official code gathers the in-batch keys over processes, never the queue).
 
