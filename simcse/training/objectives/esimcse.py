@@ -88,12 +88,12 @@ class ESimCSE(Objective):
             from a generator seeded by the run's ``--seed``, so every process and a rerun draw the same weights),
             not the pretrained ones; ``"copy"``: a copy of the pretrained backbone (MoCo's start).
 
-    State (checkpointed, never in the inference folder): ``momentum_encoder`` (a frozen copy of the model's
-    backbone) and :attr:`queue` (n <= neg_size rows, float32, the newest last; extra state).
+    State (checkpointed, never in the inference folder): ``momentum_encoder`` (a frozen encoder of the
+    backbone's architecture, started as ``momentum_init`` says) and :attr:`queue` (n <= neg_size rows, float32, the newest last; extra state).
 
     Raises:
-        ValueError: a hyperparameter out of range (naming it); at setup, a model without one ``encoder``
-            backbone (``--two_encoders``).
+        ValueError: a hyperparameter out of range or an unknown ``momentum_init`` (naming it); at setup, a model
+            without one ``encoder`` backbone (``--two_encoders``).
     """
 
     name = "esimcse"
