@@ -28,7 +28,7 @@ from torch import nn
 
 from simcse.training.objectives import register_objective
 from simcse.training.objectives.base import BatchSeeds, LossContext, Objective
-from simcse.training.objectives.heads import ProjectionMLP
+from simcse.training.objectives.heads import ProjectionMLP, official_init_std
 from simcse.training.objectives.infonce import InfoNCE
 
 __all__ = ["DiffCSE", "TiedEncoderMLM", "ENCODER_TIED"]
@@ -145,7 +145,8 @@ class DiffCSE(Objective):
         hidden = encoder.config.hidden_size
         dtype = next(encoder.parameters()).dtype
         self.electra_head = nn.Linear(hidden, 2).to(dtype)  # official: torch.nn.Linear(768, 2), default init
-        self.mlp = ProjectionMLP(hidden).to(dtype) if self.batchnorm else None
+        # the official ProjectionMLP is built before cl_init's init_weights: Linear weights N(0, 0.02)
+        self.mlp = ProjectionMLP(hidden, init_std=official_init_std(encoder)).to(dtype) if self.batchnorm else None
         self.to(next(encoder.parameters()).device)
 
     def _load_generator(self, model, encoder) -> nn.Module:

@@ -14,8 +14,13 @@ Transcribed from the official code (caskcsg/sentemb, ``ESimCSE/esimcse/models.py
 * the queue holds the momentum encoder's embeddings of view 0 (the *unrepeated* sentences) of past batches,
   computed in eval mode (no dropout) through the *online* MLP head (the momentum copy is of the backbone
   only), at most ``neg_size`` rows, first in first out; the first batch has none;
+* the momentum encoder starts from *random* weights (``BertForCL.__init__`` copies the freshly built ``bert``
+  before the checkpoint is loaded, ``cl_init``'s ``init_weights`` draws every weight again, and the checkpoint
+  has no ``momentum_model.*``): ``momentum_init="official"``, drawn here with the model's own ``_init_weights``
+  from the run's seed; ``"copy"`` starts from the pretrained backbone (MoCo's start);
 * the momentum update uses the encoder's weights *before* the optimizer step of the batch whose embeddings it
-  then computes. Updating after each optimizer step (:meth:`on_step_end`) with the new weights gives the same
+  then computes (so the first batch already sees ``lambda * start + (1 - lambda) * theta_0``: made at setup
+  here). Updating after each optimizer step (:meth:`on_step_end`) with the new weights gives the same
   sequence of momentum weights: the weights the next batch's forward and queue entries see;
 * the queue is per process (the official code gathers the in-batch keys over processes, never the queue).
 
@@ -42,6 +47,32 @@ from simcse.training.word_repetition import repeat_tokens, repeat_view
 __all__ = ["ESimCSE"]
 
 
+def random_momentum_encoder(encoder: nn.Module, seed: int) -> nn.Module:
+    """A copy of ``encoder`` (a transformers ``PreTrainedModel``) with every weight drawn anew by the encoder's own
+    ``_init_weights`` (BERT: Linear and Embedding weights N(0, initializer_range), biases 0, LayerNorm 1 and 0),
+    on the CPU from the global CPU generator seeded with ``seed`` inside ``torch.random.fork_rng`` (the caller's random
+    state is untouched), then moved to the encoder's device:
+    the official ESimCSE momentum encoder's start, a randomly initialised ``BertModel(config)``.
+
+    Raises:
+        ValueError: an encoder without ``_init_weights`` (names ``momentum_init``).
+    """
+    init = getattr(encoder, "_init_weights", None)
+    if not callable(init):
+        raise ValueError(f"esimcse momentum_init 'official' needs a transformers encoder with _init_weights; "
+                         f"{type(encoder).__name__} has none: use momentum_init 'copy'")
+    device = next(encoder.parameters()).device
+    fresh = copy.deepcopy(encoder).cpu()  # drawn on the CPU: the same weights whatever the device
+    for t in (*fresh.parameters(), *fresh.buffers()):
+        if getattr(t, "_is_hf_initialized", False):
+            t._is_hf_initialized = False  # transformers' init functions skip tensors marked as loaded
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.random.default_generator.manual_seed(seed)
+        fresh.apply(fresh._init_weights)
+    fresh.to(device)
+    return fresh
+
+
 @register_objective
 class ESimCSE(Objective):
     """ESimCSE's loss: InfoNCE of view 0 against the in-batch view-1 keys and a momentum-embedding queue.
@@ -52,13 +83,17 @@ class ESimCSE(Objective):
         neg_size: the queue's length M >= 1 (official ``--neg_size``: 160 for BERT-base).
         dup_rate: the word-repetition rate of the positive view in [0, 1) (official ``--dup_rate``: 0.32 for
             BERT-base; :mod:`simcse.training.word_repetition`).
+        momentum_init: how the momentum encoder starts. ``"official"`` (default, the official code's start): the
+            backbone's architecture with freshly drawn random weights (the model's own ``_init_weights``, drawn
+            from a generator seeded by the run's ``--seed``, so every process and a rerun draw the same weights),
+            not the pretrained ones; ``"copy"``: a copy of the pretrained backbone (MoCo's start).
 
-    State (checkpointed, never in the inference folder): ``momentum_encoder`` (a frozen copy of the model's
-    backbone) and :attr:`queue` (n <= neg_size rows, float32, the newest last; extra state).
+    State (checkpointed, never in the inference folder): ``momentum_encoder`` (a frozen encoder of the
+    backbone's architecture, started as ``momentum_init`` says) and :attr:`queue` (n <= neg_size rows, float32, the newest last; extra state).
 
     Raises:
-        ValueError: a hyperparameter out of range (naming it); at setup, a model without one ``encoder``
-            backbone (``--two_encoders``).
+        ValueError: a hyperparameter out of range or an unknown ``momentum_init`` (naming it); at setup, a model
+            without one ``encoder`` backbone (``--two_encoders``).
     """
 
     name = "esimcse"
@@ -67,7 +102,10 @@ class ESimCSE(Objective):
     prefix_embeddings = repeatable_loss = False  # the queue holds full-width embeddings, pushed from loss()
     supports_lora = False  # the momentum copy would hold the whole frozen base, in every adapter-only checkpoint
 
-    def __init__(self, temp: float = 0.05, momentum: float = 0.995, neg_size: int = 160, dup_rate: float = 0.32):
+    MOMENTUM_INITS = ("official", "copy")
+
+    def __init__(self, temp: float = 0.05, momentum: float = 0.995, neg_size: int = 160, dup_rate: float = 0.32,
+                 momentum_init: str = "official"):
         super().__init__()
         if not (isinstance(temp, (int, float)) and math.isfinite(temp) and temp > 0):
             raise ValueError(f"esimcse temp must be a finite number > 0, got {temp!r}")
@@ -75,7 +113,10 @@ class ESimCSE(Objective):
             raise ValueError(f"esimcse momentum must be in [0, 1), got {momentum!r}")
         if isinstance(neg_size, bool) or not isinstance(neg_size, int) or neg_size < 1:
             raise ValueError(f"esimcse neg_size must be an integer >= 1, got {neg_size!r}")
+        if momentum_init not in self.MOMENTUM_INITS:
+            raise ValueError(f"esimcse momentum_init must be one of {list(self.MOMENTUM_INITS)}, got {momentum_init!r}")
         repeat_tokens([], dup_rate, random.Random(0))  # validates dup_rate
+        self.momentum_init = momentum_init
         self._seeds = BatchSeeds()
         self.temp, self.momentum, self.neg_size, self.dup_rate = float(temp), float(momentum), neg_size, float(dup_rate)
         self.momentum_encoder: nn.Module | None = None
@@ -83,7 +124,8 @@ class ESimCSE(Objective):
         self._pending: list[torch.Tensor] = []  # this step's momentum embeddings, queued at on_step_end
 
     def get_config_dict(self) -> dict:
-        return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate}
+        return {"temp": self.temp, "momentum": self.momentum, "neg_size": self.neg_size, "dup_rate": self.dup_rate,
+                "momentum_init": self.momentum_init}
 
     def extra_tokens(self, model, max_seq_length: int) -> int:
         """Word repetition lengthens a row of L tokens by at most ``min(10, int(dup_rate * L)) - 1``."""
@@ -100,12 +142,26 @@ class ESimCSE(Objective):
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, model: nn.Module, args=None) -> None:
-        """Copy the backbone ``model.encoder`` (frozen, eval mode) and allocate the empty queue."""
+        """Build the momentum encoder (frozen, eval mode) from the backbone ``model.encoder`` as ``momentum_init``
+        says (:func:`random_momentum_encoder` for ``"official"``, seeded by ``args.seed``, 42 without ``args``) and
+        allocate the empty queue. On resume the checkpoint's momentum weights then replace these."""
         encoder = getattr(model, "encoder", None)
         if not isinstance(encoder, nn.Module) or getattr(model, "takes_views", False):
             raise ValueError("--loss esimcse needs a model with one encoder backbone (its momentum copy); "
                              "it cannot be combined with --two_encoders")
-        self.momentum_encoder = copy.deepcopy(encoder).requires_grad_(False).eval()
+        if self.momentum_init not in self.MOMENTUM_INITS:  # set after construction
+            raise ValueError(f"esimcse momentum_init must be one of {list(self.MOMENTUM_INITS)}, "
+                             f"got {self.momentum_init!r}")
+        if self.momentum_init == "official":
+            seed = getattr(args, "seed", None)
+            momentum = random_momentum_encoder(encoder, 42 if seed is None else int(seed))
+        else:
+            momentum = copy.deepcopy(encoder)
+        self.momentum_encoder = momentum.requires_grad_(False).eval()
+        if self.momentum_init == "official":
+            # the official update runs inside each forward, before the batch's momentum pass: the first batch
+            # already sees lambda * start + (1 - lambda) * theta_0 (a no-op for a copy of theta_0)
+            self._momentum_update(encoder)
         self._queue = torch.zeros(0, int(model.hidden_size))
 
     @property
@@ -163,8 +219,13 @@ class ESimCSE(Objective):
             device = self._pending[0].device
             self._queue = torch.cat([self._queue.to(device), *self._pending])[-self.neg_size:]  # official FIFO
             self._pending.clear()
+        self._momentum_update(model.encoder)
+
+    @torch.no_grad()
+    def _momentum_update(self, encoder: nn.Module) -> None:
+        """``m <- momentum * m + (1 - momentum) * theta`` with ``encoder``'s weights ``theta``."""
         mine = [p for p in self.momentum_encoder.parameters()]
-        theirs = [p.detach() for p in model.encoder.parameters()]
+        theirs = [p.detach() for p in encoder.parameters()]
         if len(mine) != len(theirs):
             raise RuntimeError("the momentum encoder no longer matches the model's encoder")
         torch._foreach_mul_(mine, self.momentum)

@@ -30,7 +30,7 @@ from torch import nn
 
 from simcse.training.objectives import register_objective
 from simcse.training.objectives.base import BatchSeeds, LossContext, Objective
-from simcse.training.objectives.heads import ProjectionMLP
+from simcse.training.objectives.heads import ProjectionMLP, official_init_std
 from simcse.training.objectives.infonce import InfoNCE
 
 __all__ = ["InfoCSE"]
@@ -134,15 +134,18 @@ class InfoCSE(Objective):
         self.c_head.apply(encoder._init_weights)
         path = getattr(encoder.config, "_name_or_path", "") or ""
         self._load_condenser_head(path)
-        self.lm_head = self._make_lm_head(encoder, path)
         hidden = encoder.config.hidden_size
         dtype = next(encoder.parameters()).dtype
+        self.c_head.to(dtype)  # the encoder's dtype (the frozen states they read are in it)
+        self.lm_head = self._make_lm_head(encoder, path).to(dtype)
         if self.batchnorm:
-            self.head = ProjectionMLP(hidden).to(dtype)
+            self.head = ProjectionMLP(hidden, init_std=official_init_std(encoder)).to(dtype)  # cl_init's init_weights
         else:
             from simcse.models.pooling import MLPHead
 
             self.head = MLPHead(hidden).to(dtype)
+            nn.init.normal_(self.head.dense.weight, mean=0.0, std=official_init_std(encoder))  # official MLPLayer,
+            nn.init.zeros_(self.head.dense.bias)  # built before cl_init's init_weights
         self.to(next(encoder.parameters()).device)
 
     def _load_condenser_head(self, path: str) -> None:

@@ -82,7 +82,7 @@ class MixCSE(Objective):
             mixed_anchors = lam * anchors[labels] + (1 - lam) * anchors[(labels + 1) % n]  # a_i
         with torch.autocast(device_type=z1.device.type, enabled=False):
             plain = cosine_logits(z1, keys, self.temp)  # (B, N)
-            zero = torch.zeros((), device=z1.device)
+            zero = torch.zeros((), device=z1.device, dtype=plain.dtype)  # the logits' dtype (float64 too)
             to_mixed = cosine_logits(z1, mixed_keys, self.temp).index_put((rows, (labels - 1) % n), zero)
             from_mixed = cosine_logits(mixed_anchors, keys, self.temp).index_put((rows, (labels + 1) % n), zero)
             if self.hard_negative_weight:

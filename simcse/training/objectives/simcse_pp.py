@@ -43,8 +43,13 @@ SMALL_NUM = math.log(1e-45)  # the official code's additive mask of the self-sim
 SAMPLING = ("off_dropout", "None")
 
 
+def _at_least_fp32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or as it is when it is float64 (half precision is upcast, double kept)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def dcl_loss(z1: torch.Tensor, z2: torch.Tensor, temp: float, eps: float = 1e-5) -> torch.Tensor:
-    """Dimension-wise contrastive loss of two (N, H) views -> float32 scalar: each dimension k of the
+    """Dimension-wise contrastive loss of two (N, H) views -> float32 scalar (float64 for float64 views): each dimension k of the
     batch-normalised first view is a query whose positive is the same dimension of the second view and whose
     negatives are the other dimensions (``C = BN(z1)^T BN(z2) / N / temp``, cross-entropy over rows of C).
 
@@ -56,8 +61,8 @@ def dcl_loss(z1: torch.Tensor, z2: torch.Tensor, temp: float, eps: float = 1e-5)
     if not temp > 0:
         raise ValueError(f"dcl_loss temp must be > 0, got {temp!r}")
     with torch.autocast(device_type=z1.device.type, enabled=False):
-        a = F.batch_norm(z1.float(), None, None, training=True, eps=eps)
-        b = F.batch_norm(z2.float(), None, None, training=True, eps=eps)
+        a = F.batch_norm(_at_least_fp32(z1), None, None, training=True, eps=eps)
+        b = F.batch_norm(_at_least_fp32(z2), None, None, training=True, eps=eps)
         cov = a.T @ b / z1.shape[0] / temp  # (H, H)
         return (torch.logsumexp(cov, dim=-1) - torch.diagonal(cov)).mean()
 
@@ -110,7 +115,7 @@ class SimCSEPlusPlus(Objective):
         if self.sampling_strategy == "off_dropout":
             z0 = encode_without_dropout(context.model, view_inputs(batch, 0))
             with torch.autocast(device_type=z1.device.type, enabled=False):
-                pos = self.pos_ratio * F.cosine_similarity(z1.float(), z2.float(), dim=-1, eps=1e-8) / self.temp  # (B,)
+                pos = self.pos_ratio * F.cosine_similarity(_at_least_fp32(z1), _at_least_fp32(z2), dim=-1, eps=1e-8) / self.temp  # (B,)
                 neg = cosine_logits(z0, context.gather(z0), self.temp)  # (B, W*B)
                 neg = neg.index_put((torch.arange(batch_size, device=z1.device), labels),
                                     neg[torch.arange(batch_size, device=z1.device), labels] + SMALL_NUM)

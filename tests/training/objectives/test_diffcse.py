@@ -3,6 +3,7 @@
 ``train.py``'s collator ``mask_tokens`` and ``electra_head``), on fixed tiny weights and inputs, dropout off."""
 from __future__ import annotations
 
+import copy
 import types
 
 import pytest
@@ -11,6 +12,7 @@ from torch import nn
 
 from conftest import (assert_same_gradients, make_tiny_model, pair_grads, perturb, reference_mask_tokens,
                       reference_flat_views, reference_projection, reversed_pair_batch)
+from fidelity_harness import ReferenceBase
 from simcse.training.objectives import LossContext, build_objective
 
 LAMBDA, MASK, TEMP = 0.005, 0.30, 0.05
@@ -111,6 +113,28 @@ def _reference_modules(model, obj, folders):
 
 
 # ----------------------------------------------------------------------------------------- fidelity
+def test_the_projection_head_starts_as_the_official_one(folders):
+    """The official ProjectionMLP is built in ``cl_init`` before ``init_weights``: its Linear weights are
+    N(0, initializer_range = 0.02) (no biases), its BatchNorm weights 1 and 0 -- not torch's default Linear init
+    (uniform, std 1/sqrt(3 * fan_in): 0.10 for the tiny model's 32 inputs)."""
+    from simcse.models.modeling import SimCSEModel
+
+    enc, gen = folders
+    model = SimCSEModel.from_pretrained(str(enc), pooler_type="cls_before_pooler")
+    obj = build_objective("diffcse", {"generator_name": str(gen)})
+    obj.setup(model, types.SimpleNamespace())
+    std = model.encoder.config.initializer_range
+    assert std == 0.02
+    for layer in (obj.mlp.net[0], obj.mlp.net[3]):
+        assert layer.bias is None
+        assert abs(float(layer.weight.detach().std()) - std) < 0.2 * std, float(layer.weight.detach().std())
+        assert abs(float(layer.weight.mean())) < 0.2 * std
+    default = nn.Linear(model.hidden_size, 2 * model.hidden_size, bias=False)
+    assert abs(float(default.weight.detach().std()) - std) > 3 * std  # the control: torch's default start is told apart
+    assert torch.equal(obj.mlp.net[1].weight, torch.ones_like(obj.mlp.net[1].weight))
+    assert torch.equal(obj.mlp.net[1].bias, torch.zeros_like(obj.mlp.net[1].bias))
+
+
 def test_loss_and_gradients_equal_the_official_forward(folders):
     model, obj = _build(folders)
     batch = reversed_pair_batch(model.tokenizer)
@@ -399,3 +423,128 @@ def test_two_processes_with_gathered_negatives_equal_one_process(folders, tmp_pa
     for n, g in mine.items():
         if not n.endswith("attention.self.key.bias"):
             assert float((g - got["grads"][n]).norm() / g.norm()) < 1e-4, n
+
+
+# ----------------------------------------------------------------------------------------- several steps, dropout on
+class OfficialDiffCSE(ReferenceBase):
+    """BertForCL (``--pooler_type cls --batchnorm --mlp_only_train``) and train.py, trained over several steps with
+    dropout, built as the official code builds it: ``bert`` and the ``discriminator`` both from the pretrained
+    checkpoint (train.py loads the checkpoint's BERT into the discriminator), the generator from its masked-LM
+    checkpoint in training mode (a submodule of the trained model: dropout on), the ProjectionMLP (with its
+    running statistics, never read) and ``electra_head`` the project's random start (the same start on both
+    sides; their distribution is tested above). The draws are the objective's recorded ones: the collator's
+    80/10/10 mask from a generator seeded with the objective's (seed, step) seed, the generator's dropout from
+    the same seed (the official generator draws from the global stream between the encoder's and the
+    discriminator's dropout; the project's from its own seeded stream, so resumes and gradient caching replay
+    it). ``generator_train`` / ``discriminator_train`` False are negative controls."""
+
+    def __init__(self, folders, obj, tokenizer, seed, lam=LAMBDA, mask_ratio=MASK, temp=TEMP,
+                 generator_train=True, discriminator_train=True):
+        from transformers import BertForMaskedLM, BertModel
+
+        enc_dir, gen_dir = folders
+        kw = dict(attn_implementation="eager", add_pooling_layer=False)
+        self.bert = BertModel.from_pretrained(str(enc_dir), **kw).double().train()
+        self.disc = BertModel.from_pretrained(str(enc_dir), **kw).double().train(discriminator_train)
+        self.gen = BertForMaskedLM.from_pretrained(str(gen_dir), attn_implementation="eager").train(generator_train)
+        self.mlp = reference_projection(obj.mlp).double()
+        self.head = nn.Linear(self.bert.config.hidden_size, 2).double()
+        self.head.load_state_dict(obj.electra_head.state_dict())
+        self.tokenizer, self.seed, self.lam, self.mask_ratio, self.temp = tokenizer, seed, lam, mask_ratio, temp
+        self.edits = []
+
+    def parameters(self):
+        return [*self.bert.parameters(), *self.mlp.parameters(), *self.disc.parameters(), *self.head.parameters()]
+
+    def step_loss(self, step, batch):
+        seed = LossContext(model=None, global_step=step, seed=self.seed).draw_seed(0)
+        batch_size, num_sent, input_ids, attention_mask, token_type_ids = reference_flat_views(batch)
+        mlm_input_ids, _ = reference_mask_tokens(input_ids, self.tokenizer, self.mask_ratio,
+                                                 torch.Generator().manual_seed(seed))
+        outputs = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        pooler_output = self.mlp(outputs.last_hidden_state[:, 0]).view(batch_size, num_sent, -1)
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            g_pred = self.gen(input_ids=mlm_input_ids, attention_mask=attention_mask)[0].argmax(-1)
+        g_pred[:, 0] = self.tokenizer.cls_token_id
+        replaced = (g_pred != input_ids) * attention_mask
+        e_inputs = g_pred * attention_mask
+        self.edits.append(e_inputs.view(batch_size, num_sent, -1))
+        mlm_hidden = official_discriminator(self.disc, e_inputs, attention_mask, token_type_ids,
+                                            pooler_output.view(-1, pooler_output.size(-1)))
+        z1, z2 = pooler_output[:, 0], pooler_output[:, 1]
+        cos_sim = nn.CosineSimilarity(dim=-1)(z1.unsqueeze(1), z2.unsqueeze(0)) / self.temp
+        loss_fct = nn.CrossEntropyLoss()
+        cl = loss_fct(cos_sim, torch.arange(cos_sim.size(0)))
+        electra = loss_fct(self.head(mlm_hidden).view(-1, 2), replaced.view(-1))
+        return cl + self.lam * electra
+
+    def weights(self):
+        return {f"encoder.{k}": p for k, p in self.bert.named_parameters()}
+
+    def state(self):
+        return {**{f"generator.{k}": p for k, p in self.gen.named_parameters()},
+                **{f"discriminator.{k}": p for k, p in self.disc.named_parameters()},
+                **{f"electra_head.{k}": p for k, p in self.head.named_parameters()},
+                **{f"mlp.net.{k}": p for k, p in self.mlp.named_parameters()}}
+
+
+def diffcse_state(obj) -> dict:
+    """The state DiffCSE carries besides the encoder: the frozen generator, the trained discriminator, RTD head
+    and projection head."""
+    return {**{f"generator.{k}": p for k, p in obj.generator.named_parameters()},
+            **{f"discriminator.{k}": p for k, p in obj.discriminator.named_parameters()},
+            **{f"electra_head.{k}": p for k, p in obj.electra_head.named_parameters()},
+            **{f"mlp.{k}": p for k, p in obj.mlp.named_parameters()}}
+
+
+@pytest.fixture(scope="module")
+def dropout_multistep(dropout_folders):
+    """Our DiffCSE trained 3 steps in float64 with dropout 0.1 (encoder, discriminator, generator)."""
+    from fidelity_harness import project_steps, sentence_batches
+    from simcse.models.modeling import SimCSEModel
+
+    enc, gen = dropout_folders
+    model = SimCSEModel.from_pretrained(str(enc), pooler_type="cls_before_pooler").double().train()
+    model.encoder.config._attn_implementation = "eager"
+    obj = build_objective("diffcse", {"generator_name": str(gen), "temp": TEMP, "lambda_weight": LAMBDA,
+                                      "masking_ratio": MASK})
+    torch.manual_seed(0)
+    obj.setup(model, types.SimpleNamespace(seed=SEED))
+    start = {"mlp": copy.deepcopy(obj.mlp), "electra_head": copy.deepcopy(obj.electra_head)}
+    data = sentence_batches(model.tokenizer, n_batches=3, bs=8)
+    ours = project_steps(model, obj, data, seed=SEED, state=diffcse_state, set_up=False)
+    return ours, types.SimpleNamespace(**start), model.tokenizer, data
+
+
+def _official_diffcse(dropout_folders, start, tokenizer, data, **changes):
+    from fidelity_harness import reference_steps
+
+    ref = OfficialDiffCSE(dropout_folders, start, tokenizer, SEED, **changes)
+    return reference_steps(ref, data), ref
+
+
+def test_diffcse_trains_as_the_official_code_with_dropout(dropout_folders, dropout_multistep):
+    """3 SGD steps in the trainer's order, dropout on everywhere the official code has it: the edits equal the
+    official rule's on the recorded draws, and loss, encoder, discriminator, RTD head and projection head agree
+    after every step."""
+    from fidelity_harness import assert_steps_match
+
+    ours, start, tokenizer, data = dropout_multistep
+    theirs, ref = _official_diffcse(dropout_folders, start, tokenizer, data)
+    for step, edits in zip(ours, ref.edits):
+        assert torch.equal(step.batch["diffcse_input_ids"], edits)
+    assert any((s.batch["diffcse_labels"] == 1).any() for s in ours)
+    assert_steps_match(ours, theirs)
+
+
+@pytest.mark.parametrize("change", [{"lam": 0.05}, {"mask_ratio": 0.15}, {"temp": 0.1}, {"generator_train": False},
+                                    {"discriminator_train": False}],
+                         ids=["lambda_weight", "masking_ratio", "temp", "generator_eval", "discriminator_eval"])
+def test_diffcse_multistep_comparison_tells_changes_apart(dropout_folders, dropout_multistep, change):
+    """Negative controls: a changed hyperparameter or train/eval mode does not match."""
+    from fidelity_harness import TOLERANCES, mismatch
+
+    ours, start, tokenizer, data = dropout_multistep
+    found = mismatch(ours, _official_diffcse(dropout_folders, start, tokenizer, data, **change)[0])
+    assert found["loss"] > 10 * TOLERANCES["loss"] and found["state"] > 10 * TOLERANCES["state"], (change, found)

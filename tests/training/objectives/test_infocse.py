@@ -12,6 +12,7 @@ from torch import nn
 
 from conftest import (assert_same_gradients, make_tiny_model, pair_grads, perturb, reference_mask_tokens,
                       reference_flat_views, reference_projection, reversed_pair_batch)
+from fidelity_harness import ReferenceBase
 from simcse.training.objectives import LossContext, build_objective
 
 WEIGHT, PROB, TEMP, SKIP = 0.1, 0.4, 0.05, 1  # the fidelity check's weight is large enough for the MLM path's
@@ -119,6 +120,20 @@ def test_the_heads_start_from_the_checkpoint(mlm_folder):
     assert len(obj.frozen.encoder.layer) == SKIP and not any(p.requires_grad for p in obj.frozen.parameters())
     for k, v in frozen.items():
         assert torch.equal(v, ref.bert.state_dict()[k]), k
+
+
+@pytest.mark.parametrize("batchnorm", [True, False])
+def test_the_contrastive_head_starts_as_the_official_one(mlm_folder, batchnorm):
+    """The official head (ProjectionMLP with --batchnorm, else MLPLayer) is built in ``cl_init`` before
+    ``init_weights``: Linear weights N(0, initializer_range = 0.02), biases 0 -- not torch's default Linear init
+    (std 1/sqrt(3 * fan_in): 0.10 for the tiny model's 32 inputs)."""
+    model, obj = _build(mlm_folder, batchnorm=batchnorm)
+    std = model.encoder.config.initializer_range
+    layers = (obj.head.net[0], obj.head.net[3]) if batchnorm else (obj.head.dense,)
+    for layer in layers:
+        assert abs(float(layer.weight.detach().std()) - std) < 0.2 * std, float(layer.weight.detach().std())
+        assert layer.bias is None or torch.equal(layer.bias, torch.zeros_like(layer.bias))
+    assert abs(float(nn.Linear(32, 32).weight.detach().std()) - std) > 3 * std  # the control: the default is told apart
 
 
 def test_loss_and_gradients_equal_the_official_forward(mlm_folder):
@@ -316,3 +331,100 @@ def test_resume_mid_run_equals_the_uninterrupted_run_and_the_folder_is_the_encod
     assert tuple(SimCSE(str(tmp_path / "full")).encode(["a man is playing the guitar ."]).shape) == (1, 32)
     msg = training_error(_train_argv(folder, tmp_path, tmp_path / "gc", "--gradient_cache_chunk_size", "4"))
     assert "--gradient_cache_chunk_size" in msg and "infocse" in msg
+
+
+# ----------------------------------------------------------------------------------------- several steps, dropout on
+class OfficialInfoCSE(ReferenceBase):
+    """BertForCL (models_cls_mlm.py, ``--do_mlm --batchnorm --mlm_eval``) and train_cls_mlm.py over several steps
+    with dropout, built as the official code builds it: the encoder from the checkpoint, the frozen ``mlm``
+    network from the checkpoint cut at ``skip_from`` layers (eval mode, under ``no_grad``), ``lm_head`` the
+    checkpoint's ``cls.predictions`` (train_cls_mlm.py), the ``c_head`` layers and the ProjectionMLP the
+    project's random start (the same start on both sides; the head's distribution is tested above). The masks
+    are the collator's rule drawn from the objective's recorded (seed, step) seed. ``c_head_train=False`` is a
+    negative control."""
+
+    def __init__(self, folder, obj, tokenizer, seed, w=WEIGHT, p=PROB, temp=TEMP, c_head_train=True):
+        from transformers import BertConfig, BertForMaskedLM, BertModel
+
+        self.enc = BertModel.from_pretrained(str(folder), attn_implementation="eager").double().train()
+        config = BertConfig.from_pretrained(str(folder), num_hidden_layers=SKIP, attn_implementation="eager")
+        self.mlm = BertForMaskedLM.from_pretrained(str(folder), config=config).double()
+        self.c_head = copy.deepcopy(obj.c_head).double().train(c_head_train)
+        self.lm_head = copy.deepcopy(BertForMaskedLM.from_pretrained(str(folder)).cls.predictions).double().train()
+        self.mlp = reference_projection(obj.head).double()
+        self.tokenizer, self.seed, self.w, self.p, self.temp = tokenizer, seed, w, p, temp
+
+    def parameters(self):
+        return [*self.enc.parameters(), *self.c_head.parameters(), *self.lm_head.parameters(), *self.mlp.parameters()]
+
+    def step_loss(self, step, batch):
+        seed = LossContext(model=None, global_step=step, seed=self.seed).draw_seed(0)
+        cl, mlm_part = official_loss(self.enc, self.mlm, self.c_head, self.lm_head, self.mlp, self.tokenizer, batch,
+                                     seed, w=self.w, p=self.p, temp=self.temp)
+        return cl + mlm_part
+
+    def weights(self):
+        return {f"encoder.{k}": p for k, p in self.enc.named_parameters() if not k.startswith("pooler.")}
+
+    def state(self):
+        return {**{f"c_head.{k}": p for k, p in self.c_head.named_parameters()},
+                **{f"lm_head.{k}": p for k, p in self.lm_head.named_parameters()},
+                **{f"head.net.{k}": p for k, p in self.mlp.named_parameters()}}
+
+
+def infocse_state(obj) -> dict:
+    """The trained state InfoCSE carries besides the encoder: head layers, MLM head, contrastive head."""
+    return {**{f"c_head.{k}": p for k, p in obj.c_head.named_parameters()},
+            **{f"lm_head.{k}": p for k, p in obj.lm_head.named_parameters()},
+            **{f"head.{k}": p for k, p in obj.head.named_parameters()}}
+
+
+@pytest.fixture(scope="module")
+def dropout_mlm_folder(tmp_path_factory):
+    """:func:`mlm_folder` with dropout 0.1."""
+    from conftest import make_mlm_model
+
+    return make_mlm_model(tmp_path_factory.mktemp("infocse_dropout"), dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def dropout_multistep(dropout_mlm_folder):
+    """Our InfoCSE trained 3 steps in float64 with dropout 0.1, and the random heads' start."""
+    from fidelity_harness import project_steps, sentence_batches
+    from simcse.models.modeling import SimCSEModel
+
+    model = SimCSEModel.from_pretrained(str(dropout_mlm_folder), pooler_type="cls_before_pooler").double().train()
+    model.encoder.config._attn_implementation = "eager"
+    obj = build_objective("infocse", {"mlm_weight": WEIGHT, "mlm_probability": PROB, "skip_from": SKIP, "temp": TEMP})
+    torch.manual_seed(0)
+    obj.setup(model, types.SimpleNamespace(seed=SEED))
+    start = types.SimpleNamespace(c_head=copy.deepcopy(obj.c_head), head=copy.deepcopy(obj.head))
+    data = sentence_batches(model.tokenizer, n_batches=3, bs=8)
+    ours = project_steps(model, obj, data, seed=SEED, state=infocse_state, set_up=False)
+    return ours, start, model.tokenizer, data
+
+
+def _official_infocse(folder, start, tokenizer, data, **changes):
+    from fidelity_harness import reference_steps
+
+    return reference_steps(OfficialInfoCSE(folder, start, tokenizer, SEED, **changes), data)
+
+
+def test_infocse_trains_as_the_official_code_with_dropout(dropout_mlm_folder, dropout_multistep):
+    """3 SGD steps in the trainer's order, dropout on (encoder and head layers; the frozen network in eval mode as
+    the official one): loss, encoder, head layers, MLM head and contrastive head agree after every step."""
+    from fidelity_harness import assert_steps_match
+
+    ours, start, tokenizer, data = dropout_multistep
+    assert_steps_match(ours, _official_infocse(dropout_mlm_folder, start, tokenizer, data))
+
+
+@pytest.mark.parametrize("change", [{"w": 0.05}, {"p": 0.3}, {"temp": 0.1}, {"c_head_train": False}],
+                         ids=["mlm_weight", "mlm_probability", "temp", "c_head_eval"])
+def test_infocse_multistep_comparison_tells_changes_apart(dropout_mlm_folder, dropout_multistep, change):
+    """Negative controls: a changed hyperparameter or the head layers in eval mode do not match."""
+    from fidelity_harness import TOLERANCES, mismatch
+
+    ours, start, tokenizer, data = dropout_multistep
+    found = mismatch(ours, _official_infocse(dropout_mlm_folder, start, tokenizer, data, **change))
+    assert found["loss"] > 10 * TOLERANCES["loss"] and found["state"] > 10 * TOLERANCES["state"], (change, found)

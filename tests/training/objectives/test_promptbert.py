@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from conftest import SENTENCES, make_tiny_model, write_corpus
+from fidelity_harness import ReferenceBase
 from simcse.models.modeling import SimCSEModel
 from simcse.training.objectives import build_objective
 from simcse.training.objectives.base import LossContext
@@ -56,10 +57,12 @@ def _official_delta(encoder, tok, template, mask_id, length=50):
     return last[d_ids == mask_id], d_ids.shape[1]
 
 
-def _official_loss(encoder, mlp, tok, sentences, t1, t2, temp):
+def _official_loss(encoder, mlp, tok, sentences, t1, t2, temp, denoise=True):
     mask_id = tok.mask_token_id
     delta, tlen = _official_delta(encoder, tok, t1, mask_id)
     delta1, tlen1 = _official_delta(encoder, tok, t2, mask_id)
+    if not denoise:  # without --mask_embedding_sentence_delta (a negative control)
+        delta, delta1 = torch.zeros_like(delta), torch.zeros_like(delta1)
     input_ids, attention_mask = _official_batch(tok, sentences, t1, t2)
     bsz, num_sent = input_ids.shape[:2]
     flat_ids = input_ids.view(-1, input_ids.size(-1))
@@ -196,3 +199,53 @@ def test_gradient_caching_equals_the_whole_batch(tmp_path):
     assert any(not torch.allclose(a[f"encoder.{k}"], v) for k, v in start.items())  # it trained
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+# ----------------------------------------------------------------------------------------- several steps
+class OfficialPromptBERT(ReferenceBase):
+    """cl_forward (``--mask_embedding_sentence_delta``) trained over several steps: the encoder and MLP from the
+    start checkpoint, each step's sentences templated and batched as train.py does."""
+
+    def __init__(self, model, start, sentence_lists, **kw):
+        from fidelity_harness import OfficialBertForCL
+
+        self.cl = OfficialBertForCL(model.encoder.config, start)
+        self.tok, self.sentence_lists, self.kw = model.tokenizer, sentence_lists, {"t1": T1, "t2": T2, "temp": TEMP, **kw}
+
+    def parameters(self):
+        return self.cl.parameters()
+
+    def step_loss(self, step, batch):
+        self.cl.bert.train()
+        return _official_loss(self.cl.bert, self.cl.mlp, self.tok, self.sentence_lists[step], **self.kw)
+
+    def weights(self):
+        return self.cl.weights()
+
+
+def test_promptbert_trains_as_the_official_code_over_steps(tiny):
+    """3 SGD steps in the trainer's order (the shared harness), float64, dropout off: loss and every weight agree
+    after each step; another template, temperature or no denoising does not match. Dropout stays off here: the
+    official code encodes the 50 template-only rows before the batch, this objective only the distinct lengths
+    after it, so the two never draw the same dropout masks (the same distribution, other draws)."""
+    from conftest import random_sentences
+    from fidelity_harness import assert_steps_match, assert_told_apart, project_steps, reference_steps
+
+    model, _ = _ours(tiny, {"template": T1, "template2": T2, "temp": TEMP})
+    model.zero_grad(set_to_none=True)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    objective = build_objective("promptbert", {"template": T1, "template2": T2, "temp": TEMP})
+    objective.setup(model, None)
+    lists = [random_sentences(8, seed=20 + t) for t in range(3)]
+    data = []
+    for sentences in lists:
+        enc = model.tokenizer(sentences, padding=True, return_tensors="pt", return_token_type_ids=False)
+        data.append({k: v[:, None].expand(-1, 2, -1) for k, v in enc.items()})
+    ours = project_steps(model, objective, data, set_up=False)
+
+    def official(**kw):
+        return reference_steps(OfficialPromptBERT(model, start, lists, **kw), data)
+
+    assert_steps_match(ours, official())
+    for changed in ({"t2": T1}, {"t1": T2}, {"temp": 0.1}, {"denoise": False}):
+        assert_told_apart(ours, official(**changed))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import SENTENCES, make_tiny_model, write_corpus
+from fidelity_harness import ReferenceBase
 from simcse.models.modeling import SimCSEModel
 from simcse.training.objectives import build_objective
 from simcse.training.objectives.base import LossContext
@@ -263,3 +264,87 @@ def test_hard_negatives_are_refused_at_setup():
     objective.check_columns(["sent0", "sent1"], "pairs.csv")
     with pytest.raises(ValueError, match="hard_neg column"):
         objective.check_columns(["sent0", "sent1", "hard_neg"], "nli.csv")
+
+
+# ----------------------------------------------------------------------------- several steps, dropout on
+@pytest.fixture(scope="module")
+def dropout_folders(tmp_path_factory):
+    """Student and teachers with dropout 0.1 (the teachers' is off in eval mode, as in the community code)."""
+    root = tmp_path_factory.mktemp("rank_dropout")
+    return {name: make_tiny_model(root / name, "bert", seed=seed) for name, seed in (("student", 0), ("t1", 1), ("t2", 2))}
+
+
+class CommunityRankCSE(ReferenceBase):
+    """The community code trained over several steps: the student and MLP from the start checkpoint, the teachers
+    loaded from their checkpoints (``from_pretrained``, eval mode unless ``teachers_train``, a negative control).
+    ListMLE's column permutation is the objective's recorded draw (a seeded ``randperm`` of the batch; the
+    community code draws it from the global generator)."""
+
+    def __init__(self, model, start, folders, distillation, seed, teachers_train=False, **kw):
+        from transformers import BertModel
+
+        from fidelity_harness import OfficialBertForCL
+
+        self.cl = OfficialBertForCL(model.encoder.config, start)
+        self.teachers = [(BertModel.from_pretrained(str(folders[n]), attn_implementation="eager",
+                                                    add_pooling_layer=False).double().train(teachers_train), pooler)
+                         for n, pooler in (("t1", "cls_before_pooler"), ("t2", "avg"))]
+        self.distillation, self.seed, self.kw = distillation, seed, kw
+
+    def parameters(self):
+        return self.cl.parameters()
+
+    def step_loss(self, step, batch):
+        self.cl.bert.train()
+        perm = _perm(batch["input_ids"].shape[0], seed=self.seed, step=step)
+        return _community_loss(self.cl.bert, self.cl.mlp, self.teachers, batch, self.distillation, perm, **self.kw)
+
+    def weights(self):
+        return self.cl.weights()
+
+    def state(self):
+        return {f"teacher{i}.{k}": p for i, (t, _) in enumerate(self.teachers) for k, p in t.named_parameters()}
+
+
+@pytest.mark.parametrize("distillation", ["listnet", "listmle"])
+def test_rankcse_trains_as_the_community_code_with_dropout(dropout_folders, distillation):
+    """3 SGD steps in the trainer's order (the shared harness), dropout on in the student (matched masks), the
+    teachers in eval mode, float64: loss and every weight agree after each step; a changed tau2 (ListNet) or
+    alpha, gamma, temperature, or the teachers in train mode, does not match."""
+    from fidelity_harness import (assert_steps_match, assert_told_apart, project_steps, reference_steps,
+                                  sentence_batches)
+
+    f = dropout_folders
+    model = SimCSEModel.from_pretrained(str(f["student"]), pooler_type="cls", mlp_only_train=True, new_mlp_init="random")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    model.encoder.config._attn_implementation = "eager"
+    objective = build_objective("rankcse", {"teachers": [str(f["t1"]), str(f["t2"])],
+                                            "teacher_poolers": ["cls_before_pooler", "avg"], "alpha": ALPHA,
+                                            "temp": TEMP, "tau2": TAU2, "consistency": "community",
+                                            "distillation": distillation})
+    objective.setup(model, None)
+    for t in objective._teachers:
+        t.double()
+    model.double()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    data = sentence_batches(model.tokenizer, n_batches=3, bs=8)
+    seed = 7
+    teachers = lambda obj: {f"teacher{i}.{k}": p for i, t in enumerate(obj._teachers)  # noqa: E731
+                            for k, p in t.encoder.named_parameters()}  # frozen: never moved
+    ours = project_steps(model, objective, data, seed=seed, set_up=False, state=teachers)
+    assert all(not t.training for t in objective._teachers)
+
+    def community(**kw):
+        return reference_steps(CommunityRankCSE(model, start, f, distillation, seed, **kw), data)
+
+    assert_steps_match(ours, community())
+    # alpha 1.0: the first teacher alone (ListMLE reads only the mixed lists' order, which the second, mean-pooled
+    # tiny teacher decides at alpha 0.33 as at 0)
+    changes = [{"alpha": 1.0}, {"gamma": 0.5}, {"temp": 0.1}, {"teachers_train": True}]
+    if distillation == "listnet":
+        changes.append({"tau2": 0.1})  # ListMLE reads only the teacher's order, which tau2 does not change
+    for changed in changes:
+        assert_told_apart(ours, community(**changed))

@@ -2,7 +2,8 @@
 ``simcse/models_re_vicreg.py`` cl_forward at commit 4c36662: ``sampling_strategy == "off_dropout"``,
 ``sw_sampling_strategy == "None"``, the BatchNorm1d(affine=False) DCL term). Dropout is on (0.1): both sides
 draw the same masks from the same seed, so the off-dropout negatives really differ from the dropout views.
-Loss within 1e-6, gradients within 2e-5 relative."""
+Loss within 1e-6, gradients within 2e-5 relative; and over several optimizer steps in the trainer's order (the
+shared harness, ``fidelity_harness.py``), with negative controls."""
 from __future__ import annotations
 
 import copy
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from conftest import assert_same_gradients, random_sentences, spread_cls_model
+from fidelity_harness import LossReference, OfficialBertForCL, reference_steps
 from simcse.training.objectives import LossContext, build_objective
 
 HP = {"temp": 0.05, "pos_ratio": 0.9, "sw_weight": 0.1, "sw_temp": 5.0}
@@ -129,3 +131,55 @@ def test_bad_hyperparameters_are_refused():
     for bad in ({"temp": 0}, {"pos_ratio": -1}, {"sw_weight": -0.1}, {"sw_temp": 0}, {"sampling_strategy": "mean"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             build_objective("simcse_pp", bad)
+
+
+# ---------------------------------------------------------------- several steps, the shared harness
+def official_pp_loss(temp, pos_ratio, sw_weight, sw_temp, off_dropout_train: bool = False):
+    """models_re_vicreg.py cl_forward after pooling (off_dropout, sw_sampling_strategy None) as a ``loss_fn`` of
+    :class:`LossReference`: the off-dropout pass of view 0 through the same BertForCL in eval mode (with its
+    graph); the DCL BatchNorm1d(affine=False) is a module of the model (``cls.bn``) kept over the steps (its
+    running statistics move but are never read: the training forward normalises with the batch's)."""
+    bn = None
+    small = np.log(1e-45)
+
+    def loss_fn(pooled, batch, cl):
+        nonlocal bn
+        if bn is None:
+            bn = nn.BatchNorm1d(pooled.shape[-1], affine=False).to(pooled.dtype).train()
+        z1, z2 = pooled[:, 0], pooled[:, 1]
+        z0 = cl.encode(batch, view=0, train=off_dropout_train)
+        sim = lambda x, y: nn.CosineSimilarity(dim=-1)(x, y) / temp  # noqa: E731
+        pos_sim = pos_ratio * sim(z1, z2)
+        cos_sim = sim(z0.unsqueeze(0), z0.unsqueeze(1))
+        neg = torch.cat([cos_sim + torch.eye(z1.size(0), dtype=cos_sim.dtype) * small, pos_sim.unsqueeze(-1)], dim=-1)
+        loss = (-pos_sim + torch.logsumexp(neg, dim=-1)).mean()
+        if sw_weight > 0:
+            cov = bn(z1).T @ bn(z2) / z1.size(0) / sw_temp
+            loss = loss + sw_weight * (-torch.diag(cov) + torch.logsumexp(cov, dim=-1)).mean()
+        return loss
+    return loss_fn
+
+
+DEFAULTS = {"temp": 0.05, "pos_ratio": 1.0, "sw_weight": 0.1, "sw_temp": 5.0}
+
+
+def _official_pp(config, start, data, **changes):
+    train = changes.pop("off_dropout_train", False)
+    loss_fn = official_pp_loss(**{**DEFAULTS, **changes}, off_dropout_train=train)
+    return reference_steps(LossReference(OfficialBertForCL(config, start), loss_fn), data)
+
+
+def test_simcse_pp_trains_as_the_official_code_with_dropout(tiny_bert_dir):
+    """3 SGD steps in the trainer's order with the config's hyperparameters, dropout on (matched masks), float64:
+    loss and every weight agree with the transcription after every step; a changed temperature, positive ratio,
+    DCL weight or DCL temperature, or the off-dropout pass with dropout, is told apart."""
+    from fidelity_harness import assert_steps_match, assert_told_apart, project_steps, sentence_batches, start_model
+
+    model, start = start_model(tiny_bert_dir)
+    data = sentence_batches(model.tokenizer, n_batches=3, bs=8)
+    ours = project_steps(model, build_objective("simcse_pp", DEFAULTS), data)
+    config = model.encoder.config
+    assert_steps_match(ours, _official_pp(config, start, data))
+    for changed in ({"temp": 0.1}, {"pos_ratio": 0.9}, {"sw_weight": 0.0}, {"sw_temp": 20.0},
+                    {"off_dropout_train": True}):
+        assert_told_apart(ours, _official_pp(config, start, data, **changed))
