@@ -137,17 +137,6 @@ class RankCSE(Objective):
         self._fingerprints: list[str] = []
         self._expected: list[str] | None = None
 
-    def check_columns(self, columns: list[str], source: str) -> None:
-        """Also refuse a ``hard_neg`` column: a third view has no teacher list (the community code breaks on it).
-
-        Raises:
-            ValueError: a missing ``sent0``, or a ``hard_neg`` column (names it and the data).
-        """
-        super().check_columns(columns, source)
-        if "hard_neg" in columns:
-            raise ValueError(f"--loss rankcse takes (sent0) or (sent0, sent1) rows; the training data {source!r} has a "
-                             "hard_neg column, which it cannot rank: drop that column")
-
     # ------------------------------------------------------------------------------------------ teachers
     def setup(self, model, args) -> None:
         """Load the teachers (frozen, eval mode) and check they share the student's vocabulary.

@@ -262,7 +262,7 @@ def test_gradient_caching_equals_the_whole_batch(tmp_path):
 def test_hard_negatives_are_refused_at_setup():
     objective = build_objective("rankcse")
     objective.check_columns(["sent0", "sent1"], "pairs.csv")
-    with pytest.raises(ValueError, match="hard_neg column"):
+    with pytest.raises(ValueError, match=r"does not use the column\(s\) \['hard_neg'\]"):
         objective.check_columns(["sent0", "sent1", "hard_neg"], "nli.csv")
 
 
