@@ -1,5 +1,6 @@
-"""The SimCSE-family objectives on two real gloo processes give the loss and gradients of one process holding
-the whole batch (as tests/training/test_distributed.py checks SimCSE).
+"""The SimCSE-family objectives, the scored-pair losses (CoSENT, AnglE: every process ranks all processes' pairs)
+and Matryoshka with one prefix size drawn per step (the same draw on every process) on two real gloo processes give
+the loss and gradients of one process holding the whole batch (as tests/training/test_distributed.py checks SimCSE).
 
 One spawn of two workers runs every row of :data:`ROWS`: each builds its trainer with the library's Python entry
 (``build_trainer`` of the ``simcse train`` options, ``--ddp_backend gloo``: TrainingArguments/accelerate start the
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 from conftest import (assert_same_gradients, free_port, gather_without_cross_process_gradient, make_mlm_model,
-                      make_tiny_model, objective_argv, random_sentences, run_processes)
+                      make_tiny_model, objective_argv, random_sentences, run_processes, write_csv)
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,14 @@ ROWS = {
     "promptbert": ("promptbert", PROMPT, "prompt_mask", (1, 0)),
     "rankcse_listmle": ("rankcse", {"distillation": "listmle"}, "avg", (2, 1)),  # both views; the teacher's keys
     "rankcse_listnet": ("rankcse", {"distillation": "listnet"}, "avg", (2, 1)),
+    # scored pairs: every process ranks all processes' pairs (pairs with gradient, scores without)
+    "cosent": ("cosent", {}, "avg", (1, 1)),
+    "angle": ("angle", {}, "avg", (1, 1)),
+    # one prefix size drawn per step: the same on every process (a seed without the rank)
+    "matryoshka_sampled": ("matryoshka", {"loss": "infonce", "matryoshka_dims": [32, 16, 8, 4], "n_dims_per_step": 1},
+                           "avg", (1, 0)),
 }
+SCORED = {"cosent", "angle"}
 # PromptBERT's template denoising subtracts two nearly equal states and InfoCSE's tiny [CLS] states are nearly
 # equal: their float32 gradients are ill-conditioned (~1e-3 relative between two row orders of one process),
 # float64 ones are not. The last LayerNorm's bias shifts both denoised states alike: true gradient 0 (compared
@@ -57,7 +65,8 @@ def _argv(root, row, seed, out, *extra):
     loss, args, pooler, _ = ROWS[row]
     if loss == "rankcse":
         args = {"teachers": [str(root / "teacher")], "teacher_poolers": ["avg"], **args}
-    return objective_argv(root / "model", root / "train.txt", out, loss, args, "--pooler_type", pooler,
+    data = root / ("scored.csv" if loss in SCORED else "train.txt")
+    return objective_argv(root / "model", data, out, loss, args, "--pooler_type", pooler,
                           "--dropout", "0.0", "--seed", str(seed), *extra)
 
 
@@ -175,6 +184,8 @@ def runs(tmp_path_factory):
     make_mlm_model(root / "model", dropout=0.0)  # InfoCSE's official MLM head comes from the checkpoint
     make_tiny_model(root / "teacher", seed=1, dropout=0.0)
     (root / "train.txt").write_text("\n".join(random_sentences(BATCH, seed=7)) + "\n")
+    pairs = zip(random_sentences(BATCH, seed=8), random_sentences(BATCH, seed=9), (0, 5, 1, 4, 2, 3, 5, 0))
+    write_csv(root / "scored.csv", ["sent0", "sent1", "score"], [[a, b, str(c)] for a, b, c in pairs])
     inputs, single = {}, {}
     for row in ROWS:
         trainer = _build(root, row, 0, root / "out" / f"{row}-ref0")
