@@ -270,9 +270,7 @@ class DataTrainingArguments:
     test_after_training: bool = field(default=True, metadata={"help": "Report STS-B and SICK-R test Spearman of the final model."})
     bootstrap: int = field(
         default=0,
-        metadata={"help": "Resamples for 95%% bootstrap intervals of the STS-B / SICK-R Spearmans printed before and "
-                          "after training and of the test ones (1000 is usual; pairs resampled, seed 1111); recorded in "
-                          "simcse_results.json. 0: none."})
+        metadata={"help": "Resamples for 95%% bootstrap intervals of the printed STS Spearmans (1000 is usual); 0: none."})
     positives: str = field(
         default="simcse",
         metadata={"help": "Where the positives come from (Table 2): 'simcse' (the file's own views), 'next_sentence' (line i+1 is the positive of "

@@ -66,9 +66,7 @@ class SimCSETrainingArguments(TrainingArguments):
                           "(a different experiment, on purpose). Without it such a mismatch is refused."})
     per_device_eval_batch_size: int | None = field(
         default=None,
-        metadata={"help": f"Sentences per encoder call of the STS-B/SICK-R evaluations during and after training. "
-                          f"Unset: {DEFAULT_EVAL_BATCH}, the evaluator's batch (HF's default of 8 makes them several "
-                          f"times slower)."})
+        metadata={"help": f"Sentences per encoder call of the STS evaluations. Unset: {DEFAULT_EVAL_BATCH}."})
     overwrite_output_dir: InitVar[bool] = False  # HF's spelling, from Python; on the command line the option is parsed once
     save_on_signal: str = field(
         default="TERM,USR1",
