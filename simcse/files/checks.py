@@ -87,3 +87,36 @@ def as_bool(value, name: str, *, allow_none: bool = False) -> bool | None:
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
     raise ValueError(f"{name} must be true or false (also 1/0, yes/no), got {value!r}")
+
+
+def bool_field_kind(cls, name: str) -> str | None:
+    """``"bool"`` or ``"bool | None"`` when dataclass field ``name`` of ``cls`` is a boolean (optional) option, else
+    None (any other type, ``bool | str`` included)."""
+    import dataclasses
+    import typing
+
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if f is None:
+        return None
+    kind = f.type if isinstance(f.type, str) else str(f.type).replace("typing.Optional[bool]", "bool | None")
+    kind = {"<class 'bool'>": "bool", "bool": "bool", "bool | None": "bool | None", "Optional[bool]": "bool | None"}.get(kind)
+    if kind is None and f.type is not None and typing.get_origin(f.type) in (typing.Union, getattr(__import__("types"), "UnionType", None)) \
+            and set(typing.get_args(f.type)) == {bool, type(None)}:
+        kind = "bool | None"
+    return kind
+
+
+def coerce_bool_fields(obj) -> None:
+    """Read every boolean field of dataclass instance ``obj`` by the one rule (:func:`as_bool`), in place: the
+    strings of a Python caller (``do_mlm="false"``) mean what they say, and other values are refused.
+
+    Raises:
+        ValueError: a boolean field holds something else than true/false, 1/0, yes/no (names it as ``--name``).
+    """
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        kind = bool_field_kind(type(obj), f.name)
+        value = getattr(obj, f.name, None)
+        if kind is not None and not isinstance(value, bool) and not (value is None and kind == "bool | None"):
+            object.__setattr__(obj, f.name, as_bool(value, f"--{f.name}", allow_none=kind == "bool | None"))

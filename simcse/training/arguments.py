@@ -8,7 +8,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from simcse.files.checks import check_int
+from simcse.files.checks import check_int, coerce_bool_fields
 from simcse.training.augment import AUGMENTATIONS, get_augmentation
 from simcse.training.gradcache import check_chunk_size
 from simcse.models.decoder import APPEND_EOS_CHOICES
@@ -212,6 +212,7 @@ class ModelArguments:
             self.hard_negative_alpha = math.exp(w) if w <= 700 else math.inf
 
     def __post_init__(self):
+        coerce_bool_fields(self)  # do_mlm="false" from Python is False, as on the command line
         get_pooler(self.pooler_type)
         if self.attn_implementation not in (None, "sdpa", "eager"):
             raise ValueError(f"--attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
@@ -369,6 +370,8 @@ class DataTrainingArguments:
 
     def __post_init__(self):
         from simcse.training.data import OBJECTIVE_WINDOWS
+
+        coerce_bool_fields(self)
 
         if self.bootstrap != 0:
             from simcse.evaluation.engine import check_resamples

@@ -250,18 +250,6 @@ def make_arguments(values: dict):
     return tuple(out)
 
 
-def _bool_field(cls, name: str) -> str | None:
-    """``"bool"`` or ``"bool | None"`` when field ``name`` of ``cls`` is a boolean (optional) option, else None."""
-    import typing
-
-    f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    kind = f.type if isinstance(f.type, str) else str(f.type).replace("typing.Optional[bool]", "bool | None")
-    kind = {"<class 'bool'>": "bool", "bool": "bool", "bool | None": "bool | None", "Optional[bool]": "bool | None"}.get(kind)
-    if kind is None and f.type is not None and typing.get_origin(f.type) is typing.Union and set(typing.get_args(f.type)) == {bool, type(None)}:
-        kind = "bool | None"
-    return kind
-
-
 def _boolean(cls, name: str, value):
     """``value`` of option ``name`` read by the one boolean rule (:func:`simcse.files.checks.as_bool`) when the option
     is a boolean; any other option's value unchanged.
@@ -269,9 +257,9 @@ def _boolean(cls, name: str, value):
     Raises:
         ValueError: a boolean option given something else than true/false, 1/0, yes/no.
     """
-    from simcse.files.checks import as_bool
+    from simcse.files.checks import as_bool, bool_field_kind
 
-    kind = _bool_field(cls, name)
+    kind = bool_field_kind(cls, name)
     return value if kind is None else as_bool(value, f"--{name}", allow_none=kind == "bool | None")
 
 

@@ -81,7 +81,10 @@ class SimCSETrainingArguments(TrainingArguments):
 
         # HF users give overwrite_output_dir with the training arguments (transformers 4's TrainingArguments had it);
         # build_trainer honours it as DataTrainingArguments' option of the same name
-        self.overwrite_output_dir = bool(overwrite_output_dir)
+        from simcse.files.checks import as_bool, coerce_bool_fields
+
+        coerce_bool_fields(self)  # use_cpu="false" from Python is False, as on the command line
+        self.overwrite_output_dir = as_bool(overwrite_output_dir, "overwrite_output_dir")
         if self.per_device_eval_batch_size is None:
             self.per_device_eval_batch_size = DEFAULT_EVAL_BATCH
         self._check_numbers()

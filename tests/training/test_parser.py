@@ -213,3 +213,21 @@ def test_the_printed_use_line_compares_the_sentences_the_readme_does(tmp_path, c
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "use it:" in ln)
     pair = re.search(r"similarity\(('[^']+', '[^']+')\)", line).group(1)
     assert f"m.similarity({pair})" in (REPO / "README.md").read_text()
+
+
+def test_the_dataclasses_read_boolean_strings_by_the_one_rule(tmp_path):
+    """From Python, do_mlm="false" (or use_cpu / overwrite_output_dir "false") is False, as on the command line;
+    an unreadable value is refused naming the option."""
+    from simcse.training.arguments import DataTrainingArguments, ModelArguments
+    from simcse.training.training_args import SimCSETrainingArguments
+
+    train = tmp_path / "t.txt"
+    train.write_text("a b c\n")
+    assert ModelArguments(model_name_or_path="m", do_mlm="false").do_mlm is False
+    data = DataTrainingArguments(train_file=str(train), eval_before_training="no", test_after_training="0")
+    assert (data.eval_before_training, data.test_after_training) == (False, False)
+    run = SimCSETrainingArguments(output_dir=str(tmp_path / "o"), overwrite_output_dir="false", use_cpu="true",
+                                  report_to="none")
+    assert (run.overwrite_output_dir, run.use_cpu) == (False, True)
+    with pytest.raises(ValueError, match=r"--do_mlm must be true or false .* got 'maybe'"):
+        ModelArguments(model_name_or_path="m", do_mlm="maybe")
