@@ -246,7 +246,7 @@ def _training_data(training: dict) -> str | None:
 
 def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = None, training: dict | None = None,
                      results: dict[str, dict[str, float]] | None = None, model_name: str | None = None,
-                     license: str = "mit", overwrite: bool = False) -> Path | None:
+                     license: str = "mit", overwrite: bool = False, replace_results: bool = False) -> Path | None:
     """Write (or update) ``folder/README.md``; return its path, or None when a foreign card was kept.
 
     Args:
@@ -257,10 +257,12 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
             named as used: a local ``train_file`` by its file name (no Hub ``datasets`` entry), a Hub
             ``dataset_name`` by its id (also in ``datasets``).
         results: ``{"STSBenchmark"|"SICKRelatedness": {"dev"|"test": spearman}}``, Spearman as a fraction
-            (0.8203); merged over the results already in the card.
+            (0.8203); merged over the results already in the card, unless ``replace_results``.
         model_name: the title and the id in the usage snippets (default: the folder name).
         license: the Hub license id.
         overwrite: replace a README.md that simcse did not write.
+        replace_results: the card shows ``results`` only, none of the results already in it (a new training run
+            into a folder that held another model: its scores are not this model's).
 
     Raises:
         ValueError: an unknown task or a split other than dev/test in ``results``.
@@ -275,7 +277,7 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
     old = _read_card(folder)
     if old is False or (old is not None and not _simcse_may_replace(old, overwrite)):
         return None
-    merged = _old_results(old) if old else {}
+    merged = _old_results(old) if old and not replace_results else {}
     for task, splits in (results or {}).items():
         merged.setdefault(task, {}).update({k: float(v) for k, v in splits.items()})
     cfg = simcse_config if simcse_config is not None else _json(folder / "simcse_config.json")
@@ -353,4 +355,4 @@ def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, m
             v = (results.get(section) or {}).get(prefix + key)
             if v is not None:
                 scores.setdefault(task, {})[split] = float(v)
-    return write_model_card(folder, training=training, results=scores, model_name=model_name)
+    return write_model_card(folder, training=training, results=scores, model_name=model_name, replace_results=True)

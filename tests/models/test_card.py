@@ -219,3 +219,22 @@ def test_trainer_push_to_hub_pushes_complete_folder(tmp_path, tiny_bert_dir, tra
     assert {"config.json", "model.safetensors", "simcse_config.json", "simcse_mlp.safetensors", "modules.json",
             "1_Pooling/config.json", "2_Dense/model.safetensors", "README.md", "simcse_training_args.json"} <= files
     assert "library_name: sentence-transformers" in pushed["card"] and 'SimCSE("someone/tiny-simcse")' in pushed["card"]
+
+
+def test_a_new_training_run_into_an_old_folder_shows_only_its_own_results(tmp_path, tiny_bert_dir, train_txt):
+    """A folder whose card holds another model's STS-B scores, trained into again (--overwrite_output_dir) without
+    evaluations: the new card shows no scores (before, the old model's stayed in the table and the Hub metadata)."""
+    from simcse.models.card import card_after_training
+
+    out = tmp_path / "m"
+    SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").save_pretrained(out)
+    write_model_card(out, results={"STSBenchmark": {"dev": 0.2394, "test": 0.1763}})
+    assert "23.94" in (out / "README.md").read_text()
+    run_training(["--model_name_or_path", str(tiny_bert_dir), "--train_file", str(train_txt), "--output_dir", str(out),
+                  "--overwrite_output_dir", "true", "--pooler_type", "avg", "--max_steps", "1", "--use_cpu", "true",
+                  "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_strategy", "no",
+                  "--eval_before_training", "false", "--test_after_training", "false", "--report_to", "none"])
+    card = (out / "README.md").read_text()
+    assert "23.94" not in card and "17.63" not in card and "## Results" not in card
+    card_after_training(out, (), {"test": {"test_stsb_spearman": 0.5}})
+    assert "| STS Benchmark | test | 50.00 |" in (out / "README.md").read_text()
