@@ -30,7 +30,7 @@ RESULT_DATASETS = {
 }
 # keys of the training configuration listed in the card, in order
 CARD_TRAINING_KEYS = (
-    "base_model", "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "loss", "loss_class", "loss_args", "loss_learned", "temp", "hard_negative_weight", "do_mlm",
+    "base_model", "model_name_or_path", "train_file", "dataset_name", "dataset_config_name", "dataset_data_files", "pooler_type", "mlp_only_train", "loss", "loss_class", "loss_wrappers", "loss_args", "loss_learned", "temp", "hard_negative_weight", "do_mlm",
     "max_seq_length", "per_device_train_batch_size", "learning_rate", "num_train_epochs", "max_steps", "seed",
 )
 _POOLER_TEXT = {
@@ -214,7 +214,8 @@ def _trained_with(training: dict) -> str:
     if loss in _SIMCSE_OBJECTIVES:
         return "A sentence encoder trained with SimCSE (Gao, Yao and Chen, EMNLP 2021) using the `simcse` library."
     cls = f" (`{training['loss_class']}`)" if training.get("loss_class") else ""
-    return f"A sentence encoder trained with the `{loss}` objective{cls} using the `simcse` library."
+    wrapped = f", wrapped by {training['loss_wrappers']}" if training.get("loss_wrappers") else ""
+    return f"A sentence encoder trained with the `{loss}` objective{cls}{wrapped} using the `simcse` library."
 
 
 def _base_model(training: dict) -> str | None:
@@ -344,6 +345,8 @@ def card_after_training(folder: str | os.PathLike, arg_objects, results: dict, m
             training["loss_learned"] = json.dumps(objective["learned"], sort_keys=True)
         if objective.get("citation"):
             training["loss_citation"] = objective["citation"]
+        if objective.get("wrappers"):
+            training["loss_wrappers"] = ", ".join(objective["wrappers"])
     for obj in arg_objects:
         for f in dataclasses.fields(obj):
             v = getattr(obj, f.name)

@@ -137,3 +137,25 @@ def test_the_ablation_runner_and_the_methods_benchmark_train_it(on_path, monkeyp
     row = {"slug": "x", "config": {"loss": "simcse_dcl.dcl:DCL", "loss_args": {"temp_lr": 0.001}}}
     argv = row_argv(row, Opts(), tmp_path / "x")
     assert argv[argv.index("--loss_args") + 1] == '{"temp_lr": 0.001}'
+
+
+@pytest.mark.parametrize("wrap", [["--fixed_dropout", "true"],
+                                  ["--loss", "matryoshka", "--loss_args",
+                                   '{"loss": "simcse_dcl.dcl:DCL", "loss_args": {"temp_lr": 0.01}, "matryoshka_dims": [32, 16]}']])
+def test_a_wrapped_objective_keeps_its_learning_rate_class_and_citation(on_path, tmp_path, tiny_bert_dir, wrap):
+    corpus = write_corpus(tmp_path)
+    out = tmp_path / "o"
+    argv = objective_argv(tiny_bert_dir, corpus, out, "simcse_dcl.dcl:DCL", {"temp_lr": 0.01}, "--max_steps", "2",
+                          "--learning_rate", "1e-5", "--pooler_type", "avg")
+    if "matryoshka" in wrap:  # the wrapper's own --loss / --loss_args replace the objective's
+        argv = argv[:argv.index("--loss")] + argv[argv.index("--loss") + 4:]
+    trainer = run_training([*argv, *wrap])
+    log_temp = trainer.objective.inner.log_temp
+    group = next(g for g in trainer.optimizer.param_groups if any(p is log_temp for p in g["params"]))
+    assert group["initial_lr"] == 0.01 and group["weight_decay"] == 0.0  # the scheduler's start: its declared rate
+    assert abs(float(log_temp.detach()) - math.log(0.05)) > 5e-3  # its own rate, not the encoder's 1e-5
+    rec = _record(out)
+    assert rec["loss_class"] == "simcse_dcl.dcl:DCL" and rec["loss_wrappers"] == (wrap[0] if wrap[0] != "--loss" else "--loss matryoshka")
+    assert "inner.log_temp" in json.loads(rec["loss_learned"])
+    card = (out / "README.md").read_text()
+    assert "yeh2022decoupled" in card and "(`simcse_dcl.dcl:DCL`), wrapped by" in card

@@ -435,6 +435,26 @@ class ObjectiveWrapper(Objective):
     def get_config_dict(self):
         return {"loss": self.inner.name, "loss_args": self.inner.get_config_dict()}
 
+    def parameter_groups(self) -> list[dict]:
+        """The wrapped objective's groups (its names under ``inner.``), so a wrapped objective keeps its own
+        learning rates; then the wrapper's own one-element parameters without weight decay."""
+        groups = []
+        for g in self.inner.parameter_groups() or []:
+            names = [g["params"]] if isinstance(g.get("params"), str) else list(g.get("params", []))
+            groups.append({**g, "params": [f"inner.{n}" for n in names]})
+        own = [n for n, p in self.named_parameters() if not n.startswith("inner.") and p.numel() == 1 and p.requires_grad]
+        return groups + ([{"params": own, "weight_decay": 0.0}] if own else [])
+
+    def describe(self) -> dict:
+        """The wrapped objective's record (its class and citation: what the user wrote), with this wrapper's
+        name, arguments and learned scalars, and ``wrappers``: how the user asked for each wrapper, outermost
+        first (``--loss matryoshka``, ``--fixed_dropout``, ``--do_mlm``)."""
+        inner = self.inner.describe()
+        own = super().describe()
+        citations = [c for c in (type(self).citation, inner["citation"]) if c]
+        return {**own, "class": inner["class"], "citation": "\n\n".join(citations) or None,
+                "wrappers": [self.option or f"--loss {type(self).name}", *inner.get("wrappers", [])]}
+
     def check_batch(self, per_device, world, n_views):
         self.inner.check_batch(per_device, world, n_views)
 
