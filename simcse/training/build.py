@@ -184,7 +184,8 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if isinstance(training_args.resume_from_checkpoint, str) and os.path.isdir(training_args.resume_from_checkpoint):
             from simcse.training.checkpoints import check_resume_objective
 
-            check_resume_objective(training_args.resume_from_checkpoint, model_args.loss, training_args.world_size)
+            check_resume_objective(training_args.resume_from_checkpoint, model_args.loss, training_args.world_size,
+                                   config=_objective_config(model_args))
         model = _load_model(model_args, dropout)
         objective = _objective(model_args, model.tokenizer)  # its label columns are read with the data
         if not data_args.include_prompt:
@@ -296,9 +297,17 @@ def _objective(model_args, tok):
             hard_negative_given=getattr(model_args, "hard_negative_given", False),
             loss_args=model_args.loss_args, fixed_dropout=model_args.fixed_dropout,
             mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
-            mlm_masker=_mlm_masker(tok, model_args.mlm_probability) if model_args.do_mlm else None)
+            mlm_masker=_mlm_masker(tok, model_args.mlm_probability) if model_args.do_mlm and tok is not None else None)
     except ValueError as e:
         raise SetupError(str(e)) from e
+
+
+def _objective_config(model_args) -> dict:
+    """The run's objective's ``get_config_dict()``, built without the model (random state untouched)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        return _objective(model_args, None).get_config_dict()
 
 
 def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command=None):

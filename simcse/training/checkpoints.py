@@ -30,11 +30,13 @@ OBJECTIVE_STATE_NAME = "objective_state.pt"  # the objective's parameters, buffe
 OBJECTIVE_RECORD_NAME = "simcse_objective.json"  # the objective that wrote a checkpoint (checked when resuming)
 
 
-def check_resume_objective(checkpoint, loss: str, world: int = 1) -> None:
+def check_resume_objective(checkpoint, loss: str, world: int = 1, config: dict | None = None) -> None:
     """Refuse to resume ``checkpoint`` (a ``checkpoint-N`` folder) with another objective than the one that wrote
     it (:data:`OBJECTIVE_RECORD_NAME`; a checkpoint without the record is not checked): its optimizer state,
     objective state and schedule belong to that objective; or on another number of processes (``world``) than
-    wrote its per-process objective state (a queue). ``loss``: the registry name the run trains with.
+    wrote its per-process objective state (a queue), or with other arguments of the same objective (``config``: the
+    run's objective's ``get_config_dict()``; a resumed optimizer keeps the old groups' rates and the old state, so
+    changed arguments would be half applied). ``loss``: the registry name the run trains with.
 
     Raises:
         ValueError: one line naming both objectives (or process counts) and the checkpoint.
@@ -47,12 +49,23 @@ def check_resume_objective(checkpoint, loss: str, world: int = 1) -> None:
     if not os.path.isfile(path):
         return
     with open(path, encoding="utf-8") as f:
-        written = json.load(f).get("loss")
+        record = json.load(f)
+    written = record.get("loss")
     now = get_objective(loss).name
     if written and written != now:
+        shown = now if now == loss else f"{loss} (registered as {now})"
         raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} was written by a run with --loss {written}; this "
-                         f"run has --loss {now}: resume with --loss {written}, or start a new run from the weights "
+                         f"run has --loss {shown}: resume with --loss {written}, or start a new run from the weights "
                          "(--model_name_or_path) without resuming")
+    old = record.get("config")
+    if config is not None and isinstance(old, dict):
+        new = json.loads(json.dumps(config, default=str))
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if changed:
+            shown = ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
+            raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} was written with other --loss {now} "
+                             f"arguments ({shown}): resume with the checkpoint's (its optimizer and objective state "
+                             "belong to them), or start a new run from the weights without resuming")
     n = _state_processes(str(checkpoint))
     if n and n != max(1, world):
         raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} holds --loss {now}'s per-process state (e.g. a "

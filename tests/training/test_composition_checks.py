@@ -242,6 +242,11 @@ def test_resuming_with_another_loss_is_refused_at_setup(tiny_bert_dir, txt, tmp_
     msg = training_error(_argv(tiny_bert_dir, txt, out, "--max_steps", "2", "--loss", "mixcse",
                                "--resume_from_checkpoint", str(ck)))
     assert f"--resume_from_checkpoint {str(ck)!r} was written by a run with --loss infonce; this run has --loss mixcse" in msg
+    # the same objective with other arguments: a resumed optimizer would keep the old ones' state (half applied)
+    msg = training_error(_argv(tiny_bert_dir, txt, out, "--max_steps", "2", "--temp", "0.1",
+                               "--resume_from_checkpoint", str(ck)))
+    assert "was written with other --loss infonce arguments (temp 0.05 -> 0.1)" in msg
+    run_training(_argv(tiny_bert_dir, txt, out, "--max_steps", "2", "--resume_from_checkpoint", str(ck)))  # the same: resumes
 
 
 @pytest.mark.parametrize("written, world", [(1, 2), (2, 1)])
