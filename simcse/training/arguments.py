@@ -36,7 +36,9 @@ class ModelArguments:
         metadata={"help": "The objective's hyperparameters as a JSON object, e.g. '{\"temp\": 0.05}' (a config file "
                           "may give an object). --temp and --hard_negative_weight/--hard_negative_alpha fill the "
                           "arguments of the same names unless this sets them."})
-    temp: float = field(default=0.05, metadata={"help": "InfoNCE temperature tau (> 0)."})
+    temp: float | None = field(default=None, metadata={
+        "help": "InfoNCE temperature tau (> 0); fills the objective's temp argument. Unset: the objective's own "
+                "default (0.05 for SimCSE)."})
     hard_negative_weight: float | None = field(
         default=None,
         metadata={"help": "The reference's option, with its meaning: w is added to the logit (cosine / temp) of each "
@@ -230,7 +232,8 @@ class ModelArguments:
             raise ValueError("--fixed_dropout with --dropout 0 is plain --dropout 0 (there is no mask to fix)")
         if self.two_encoders and (self.do_mlm or self.gradient_cache_chunk_size):
             raise ValueError("--two_encoders cannot be combined with --do_mlm or --gradient_cache_chunk_size")
-        check_temperature(self.temp, name="--temp")
+        if self.temp is not None:
+            check_temperature(self.temp, name="--temp")
         self._resolve_hard_negative()
         self._check_objective()
         if self.lora_r is not None and (isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r < 1):

@@ -406,3 +406,27 @@ def test_objective_state_of_another_process_count_is_refused_at_setup(tmp_path):
     check_resume_objective(tmp_path, "esimcse", world=1)
     with pytest.raises(ValueError, match=r"of 1 process\(es\), and this run has 2: resume with 1 process"):
         check_resume_objective(tmp_path, "esimcse", world=2)
+
+
+def test_temp_fills_an_objective_only_when_given():
+    """Unset --temp leaves an objective its own default (a custom default 0.1 is not replaced by 0.05); a given
+    --temp fills it; --temp and --loss_args temp that disagree are refused."""
+    from simcse.training.objectives import Objective, register_objective
+    from simcse.training.objectives.compose import simcse_objective
+
+    class WarmTemp(Objective):
+        name = "test_warm_temp"
+
+        def __init__(self, temp: float = 0.1):
+            super().__init__()
+            self.temp = temp
+
+        def loss(self, embeddings, batch, context):
+            return embeddings.sum() * 0
+
+    register_objective(WarmTemp, replace=True)
+    assert simcse_objective(loss="test_warm_temp").temp == 0.1
+    assert simcse_objective(temp=0.2, loss="test_warm_temp").temp == 0.2
+    assert simcse_objective(loss="infonce").temp == 0.05
+    with pytest.raises(ValueError, match="--temp 0.2 and --loss_args temp 0.1 disagree"):
+        simcse_objective(temp=0.2, loss="test_warm_temp", loss_args={"temp": 0.1})

@@ -155,7 +155,7 @@ def test_help_shows_simcse_options_and_the_config_mechanism_first_with_defaults(
     short = capsys.readouterr().out
     assert short.index("--config") < short.index("--list_configs") < short.index("--model_name_or_path")
     assert short.index("--model_name_or_path") < short.index("--learning_rate")  # SimCSE's, then HF's
-    assert re.search(r"--temp TEMP\s+InfoNCE temperature tau \(> 0\)\. \(default: 0\.05\)", short)
+    assert re.search(r"--temp TEMP\s+InfoNCE temperature tau \(> 0\); fills the objective's\s+temp argument\. Unset: the objective's own default\s+\(0\.05 for SimCSE\)\.", short)
     assert re.search(r"\(default:\s+TERM,USR1\)", short) and "--help-all" in short
     assert short.startswith("usage: simcse train ")
     assert "--adam_beta1" not in short and len(short.splitlines()) < 500

@@ -12,7 +12,7 @@ from simcse.training.objectives.base import Objective
 HARD_NEGATIVE_KEYS = ("hard_negative_alpha", "hard_negative_weight")
 
 
-def simcse_objective(temp: float = 0.05, hard_negative_alpha: float = 1.0, fixed_dropout: bool = False,
+def simcse_objective(temp: float | None = None, hard_negative_alpha: float = 1.0, fixed_dropout: bool = False,
                      mlm_weight: float = 0.0, mlm_masker=None, loss: str = "infonce", loss_args=None,
                      hard_negative_given: bool = False) -> Objective:
     """The objective of a run: ``loss`` built with ``loss_args`` (a JSON object string or dict), then wrapped
@@ -24,12 +24,13 @@ def simcse_objective(temp: float = 0.05, hard_negative_alpha: float = 1.0, fixed
     sets them: ``temp``, ``hard_negative_alpha`` (multiplicative) and ``hard_negative_weight`` (added to the
     logit). A wrapper (``--loss matryoshka``...) passes them to the objective it wraps. ``hard_negative_given``:
     the user gave ``--hard_negative_weight``/``--hard_negative_alpha``, so an objective without either argument,
-    or a ``loss_args`` value that differs, is refused instead of silently training with another weight.
+    or a ``loss_args`` value that differs, is refused instead of silently training with another weight. ``temp``
+    None (``--temp`` not given): the objective's own default; given, a ``loss_args`` ``temp`` that differs is refused.
 
     Raises:
         ValueError: an unknown ``loss`` (lists the valid names), bad ``loss_args``, or a bad value.
     """
-    fills = {"temp": temp, "hard_negative_alpha": hard_negative_alpha}
+    fills = {"hard_negative_alpha": hard_negative_alpha, **({} if temp is None else {"temp": temp})}
     if hard_negative_given:
         fills["hard_negative_weight"] = math.log(hard_negative_alpha) if hard_negative_alpha > 0 else -math.inf
     args = _fill(loss, parse_loss_args(loss_args), fills, hard_negative_given)
@@ -63,6 +64,8 @@ def _fill(name: str, args: dict, fills: dict, hard_negative_given: bool) -> dict
         if key in args and not _same(args[key], fills[key]):
             raise ValueError(f"--hard_negative_weight/--hard_negative_alpha (= {key} {fills[key]:g}) and --loss_args "
                              f"{key} {args[key]!r} disagree: give the weight once")
+    if "temp" in fills and "temp" in params and "temp" in args and not _same(args["temp"], fills["temp"]):
+        raise ValueError(f"--temp {fills['temp']:g} and --loss_args temp {args['temp']!r} disagree: give the temperature once")
     for key, value in fills.items():
         if key in params and key not in args and (key != "hard_negative_weight" or hard_negative_given):
             args[key] = value
