@@ -345,7 +345,7 @@ def print_table(results: dict, comparisons: dict, runs, args, idle: dict) -> Non
             label = f"ours ({OURS[run]})" if side == "ours" else f"sentence-transformers ({THEIRS[run]})"
             print(f"| {run} | {label} | {r['rows']}, {r['steps']} | {_score(r, 'full', 'STSBenchmark')} | "
                   f"{_score(r, 'full', 'SICKRelatedness')} | {_num(r['sentences_per_s'], '.1f')} | "
-                  f"{r['peak_rss_mib']:.0f} | {_num(r['train_s'], '.0f')} |")
+                  f"{r['peak_rss_mib']:.0f} | {_num(r['train_s'], '.1f')} |")
     print("\nours - theirs on the same pairs (paired bootstrap; an interval containing 0 is no difference)\n")
     print("| row | score | start | ours | sentence-transformers | ours - theirs [95%] | p |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -417,6 +417,9 @@ def main(argv: list[str] | None = None) -> dict:
         res = worker(args)
         print("RESULT " + json.dumps(res))
         return res
+    if any(r in NLI_RUNS for r in args.runs) and not Path(args.nli_file).is_file():
+        raise SystemExit(f"error: no NLI triplets at {args.nli_file} (get them with `bash data/download_nli.sh`, "
+                         "or pass --nli_file, or leave matryoshka and supervised out of --runs)")
     idle = check_idle(args.allow_busy)
     results = {}
     t0 = time.perf_counter()
