@@ -145,7 +145,7 @@ def _train_ours(args, rows, steps, out):
     trainer = build(*parse_args(argv))
     metrics = trainer.train().metrics
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
-    return model, metrics["train_runtime"]
+    return model, _trained(trainer, metrics, steps)
 
 
 def _train_st(args, rows, steps, out):
@@ -174,7 +174,13 @@ def _train_st(args, rows, steps, out):
     trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=ds, loss=loss)
     metrics = trainer.train().metrics
     model.save(str(Path(out) / "st_model"))
-    return SimCSEModel.from_pretrained(str(Path(out) / "st_model"), pooler_type="avg").eval(), metrics["train_runtime"]
+    return SimCSEModel.from_pretrained(str(Path(out) / "st_model"), pooler_type="avg").eval(), _trained(trainer, metrics, steps)
+
+
+def _trained(trainer, metrics: dict, steps: int) -> dict:
+    """What the Trainer itself ran: seconds, steps, and the warm-up and schedule it applied (the same on both sides)."""
+    return {"train_s": metrics["train_runtime"], "trained_steps": trainer.state.global_step,
+            "warmup_steps": trainer.args.get_warmup_steps(steps), "lr_scheduler": str(trainer.args.lr_scheduler_type.value)}
 
 
 #: what each run is evaluated on: (tasks at full size, dims at which STS-B test is evaluated)
@@ -231,18 +237,19 @@ def worker(args) -> dict:
     torch.set_num_threads(args.threads)
     views = 3 if args.run in NLI_RUNS else 2
     steps = n_rows = None
+    trained = {"train_s": None, "trained_steps": None, "warmup_steps": None, "lr_scheduler": None}
     with tempfile.TemporaryDirectory(prefix="bench_scored_") as out:
         if args.side == "start":
             from simcse.models.modeling import SimCSEModel
 
-            model, seconds = SimCSEModel.from_pretrained(args.model, pooler_type="avg").eval(), None
+            model = SimCSEModel.from_pretrained(args.model, pooler_type="avg").eval()
         else:
             rows, steps = plan_rows(args.run, args)
             n_rows = len(rows)
-            model, seconds = (_train_ours if args.side == "ours" else _train_st)(args, rows, steps, out)
+            model, trained = (_train_ours if args.side == "ours" else _train_st)(args, rows, steps, out)
         scores = _evaluate(model, "start" if args.side == "start" else args.run, args.data_dir, args.scores_out)
-    return {"run": args.run, "side": args.side, "scores": scores, "train_s": seconds, "steps": steps, "rows": n_rows,
-            "warmup_steps": None if steps is None else warmup_steps(steps, args.warmup_ratio),
+    seconds = trained["train_s"]
+    return {"run": args.run, "side": args.side, "scores": scores, "steps": steps, "rows": n_rows, **trained,
             "hidden_size": model.hidden_size,
             "sentences_per_s": None if seconds is None else steps * args.batch_size * views / seconds,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}

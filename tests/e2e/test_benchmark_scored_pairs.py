@@ -116,7 +116,7 @@ def test_smoke_run_of_every_row_has_intervals_and_comparisons(fake_data, tmp_pat
     for run in bench.RUNS:
         for side in bench.SIDES:
             r = res["results"][f"{side}/{run}"]
-            assert (r["steps"], r["rows"], r["warmup_steps"]) == (2, 8, 1)
+            assert (r["steps"], r["trained_steps"], r["rows"], r["warmup_steps"], r["lr_scheduler"]) == (2, 2, 8, 1, "linear")
             assert r["sentences_per_s"] > 0 and r["peak_rss_mib"] > 0
             for key, by_task in r["intervals"].items():
                 for task, (low, high) in by_task.items():
