@@ -72,6 +72,7 @@ THEIRS = {"cosent": "CoSENTLoss(scale=20)", "angle": "AnglELoss(scale=20)",
 OURS = {"cosent": "--loss cosent", "angle": "--loss angle", "matryoshka": "--loss matryoshka over infonce",
         "supervised": "--loss infonce (hard negatives, temp 0.05)"}
 TASK_NAMES = {"STSBenchmark": "STS-B test", "SICKRelatedness": "SICK-R test"}
+EVAL_MAX_LENGTH = 128  # tokens per sentence at evaluation, every side
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -173,6 +174,9 @@ def _train_st(args, rows, steps, out):
     targs = SentenceTransformerTrainingArguments(**_training_args(args, out, steps))
     trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=ds, loss=loss)
     metrics = trainer.train().metrics
+    # the folder records the training truncation (32) as its cap, and the evaluator honours a folder's cap; lift it
+    # to the position table, as the start's and our model's, so both sides are evaluated on the same tokens
+    model.max_seq_length = word.auto_model.config.max_position_embeddings
     model.save(str(Path(out) / "st_model"))
     return SimCSEModel.from_pretrained(str(Path(out) / "st_model"), pooler_type="avg").eval(), _trained(trainer, metrics, steps)
 
@@ -199,7 +203,7 @@ def _sentence_cache(model):
         sentences = list(sentences)
         new = list(dict.fromkeys(s for s in sentences if s not in cache))
         if new:
-            cache.update(zip(new, model.encode(new, batch_size=128, max_length=128)))
+            cache.update(zip(new, model.encode(new, batch_size=128, max_length=EVAL_MAX_LENGTH)))
         return np.stack([cache[s] for s in sentences]) if sentences else np.zeros((0, model.hidden_size), np.float32)
 
     return full
@@ -250,7 +254,7 @@ def worker(args) -> dict:
         scores = _evaluate(model, "start" if args.side == "start" else args.run, args.data_dir, args.scores_out)
     seconds = trained["train_s"]
     return {"run": args.run, "side": args.side, "scores": scores, "steps": steps, "rows": n_rows, **trained,
-            "hidden_size": model.hidden_size,
+            "hidden_size": model.hidden_size, "eval_max_tokens": min(EVAL_MAX_LENGTH, model.max_input_tokens),
             "sentences_per_s": None if seconds is None else steps * args.batch_size * views / seconds,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
@@ -440,6 +444,9 @@ def main(argv: list[str] | None = None) -> dict:
             speed = "" if res["sentences_per_s"] is None else f", {res['sentences_per_s']:.1f} sentences/s"
             print(f"{run:10s} {side:5s}: {json.dumps(res['scores'])}{speed}, peak RSS {res['peak_rss_mib']:.0f} MiB "
                   f"({time.perf_counter() - t0:.0f} s so far)", flush=True)
+    caps = {f"{s}/{r}": res["eval_max_tokens"] for (s, r), res in results.items()}
+    if len(set(caps.values())) > 1:
+        print(f"WARNING: the models were evaluated with other token caps ({caps}): the scores are not comparable")
     comparisons = {run: compare(results[("ours", run)], results[("st", run)], args.resamples) for run in args.runs}
     print_table(results, comparisons, args.runs, args, idle)
     end_load = os.getloadavg()[0]

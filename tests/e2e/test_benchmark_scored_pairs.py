@@ -101,6 +101,7 @@ def test_smoke_run_of_every_row_has_intervals_and_comparisons(fake_data, tmp_pat
                       "--learning_rate", "1e-3", "--resamples", "200", "--allow_busy", "--output_json", str(out_json)])
     out = capsys.readouterr().out
     assert out.startswith("load 9.00 (1-minute average) on 2 CPUs\nWARNING: BUSY MACHINE")
+    assert "token caps" not in out
     assert "at the end: load 9.00 (1-minute average) on 2 CPUs" in out
     assert "| row | side | rows, steps | STS-B test | SICK-R test | training sentences/s | peak RSS MiB | train s |" in out
     assert "| row | score | start | ours | sentence-transformers | ours - theirs [95%] | p |" in out
@@ -118,6 +119,7 @@ def test_smoke_run_of_every_row_has_intervals_and_comparisons(fake_data, tmp_pat
             r = res["results"][f"{side}/{run}"]
             assert (r["steps"], r["trained_steps"], r["rows"], r["warmup_steps"], r["lr_scheduler"]) == (2, 2, 8, 1, "linear")
             assert r["sentences_per_s"] > 0 and r["peak_rss_mib"] > 0
+            assert r["eval_max_tokens"] == res["results"]["start/start"]["eval_max_tokens"] == 64  # the same tokens
             for key, by_task in r["intervals"].items():
                 for task, (low, high) in by_task.items():
                     assert low <= r["scores"][key][task] <= high
