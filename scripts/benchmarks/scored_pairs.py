@@ -28,7 +28,8 @@ on both sides:
 
 Every trained model (and the start) is evaluated with this library's evaluator (:func:`simcse.evaluation.evaluate`,
 SentEval's test splits, Spearman x 100 of cosine; a sentence-transformers model is read back from its saved
-folder by :class:`simcse.models.modeling.SimCSEModel`), the Matryoshka models at each dimension (the prefix,
+folder by :class:`simcse.models.modeling.SimCSEModel`, saved without the training cut of 32 tokens, so every side's
+sentences are cut at the same 128 tokens), the Matryoshka models at each dimension (the prefix,
 :func:`simcse.models.truncation.truncate_embeddings`). Each worker also saves the cosine similarities and gold
 scores it was scored on (:func:`simcse.evaluation.engine.sts_scores`) to a ``.npz`` in the run's temporary
 folder; from them the parent computes each score's 95% percentile bootstrap interval
@@ -337,7 +338,7 @@ def _num(v, fmt: str) -> str:
 
 def print_table(results: dict, comparisons: dict, runs, args, idle: dict) -> None:
     """The side-by-side tables (markdown): scores, speed and memory per row and side; ours - theirs per score."""
-    name = Path(args.model).name if args.model else "start"
+    name = args.model_name
     length = f"{args.steps} steps" if args.steps is not None else f"{args.epochs} epoch(s)"
     rows = "".join(f", first {n} {what} rows" for n, what in ((args.max_rows, "data"), (args.nli_rows, "NLI")) if n)
     print(f"\n{name}, {length}{rows} x batch {args.batch_size}, lr {args.learning_rate}, "
@@ -419,6 +420,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = _parser().parse_args(argv)
     if not 0 <= args.warmup_ratio < 1:
         raise SystemExit(f"error: --warmup_ratio must be in [0, 1), got {args.warmup_ratio}")
+    args.model_name = "all-MiniLM-L6-v2" if args.model is None else Path(args.model).name
     if args.model is None:
         args.model = default_model()
         if args.model is None:
