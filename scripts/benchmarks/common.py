@@ -143,6 +143,36 @@ def load_avg() -> str:
     return f"load {os.getloadavg()[0]:.2f}"
 
 
+def busy_limit(cpus: int) -> float:
+    """The 1-minute load average above which a machine of ``cpus`` CPUs is too busy to time on: half its CPUs,
+    and at least 1.0 (one other busy process on a 2-core machine already halves a 2-thread run)."""
+    return max(1.0, cpus / 2)
+
+
+def load_line() -> str:
+    """``load 0.42 (1-minute average) on 2 CPUs``."""
+    return f"load {os.getloadavg()[0]:.2f} (1-minute average) on {os.cpu_count() or 1} CPUs"
+
+
+def check_idle(allow_busy: bool, say=print) -> dict:
+    """The idle-machine guard of the timed benchmarks: print the load line; on a busy machine (1-minute load
+    average above :func:`busy_limit`) refuse with one line (SystemExit) unless ``allow_busy``, then warn loudly.
+
+    Returns:
+        ``{"load": float, "cpus": int, "busy": bool}``, for the result's JSON.
+    """
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    busy = load > busy_limit(cpus)
+    say(load_line())
+    if busy and not allow_busy:
+        raise SystemExit(f"error: the machine is busy (1-minute load average {load:.2f} on {cpus} CPUs); timings "
+                         "would not be comparable; rerun when idle or pass --allow_busy")
+    if busy:
+        say(f"WARNING: BUSY MACHINE (1-minute load average {load:.2f} on {cpus} CPUs, above {busy_limit(cpus):.1f}): "
+            "the timings of this run are not comparable with an idle run's")
+    return {"load": round(load, 2), "cpus": cpus, "busy": busy}
+
+
 def real_tokens_per_step(model: str, sentences: list[str], batch_size: int, max_seq_length: int, views: int = 2) -> int:
     """Mean real tokens per training step of our trainer on ``sentences`` (``views`` copies of each sentence, as
     unsupervised SimCSE): what the shape-matched GEMM ceiling is measured at before the runs."""

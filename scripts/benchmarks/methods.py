@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import checkout_env, default_data, default_model, int_at_least, module_command, read_sentences
+from scripts.benchmarks.common import (check_idle, checkout_env, default_data, default_model, int_at_least, load_line,
+                                       module_command, read_sentences)
 
 _PROMPT = {"template": '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*',
            "template2": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'}
@@ -149,6 +150,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="run every method this many times, one round after another; each time is its best round's")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--allow_busy", action="store_true",
+                   help="run although the 1-minute load average is above half the CPUs (the output says so)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.worker:
         print("RESULT " + json.dumps(worker(args)), flush=True)
         return {}
+    idle = check_idle(args.allow_busy)
     order = ["simcse", *[m for m in args.methods if m != "simcse"]]
     results: dict[str, dict] = {}
     for round_ in range(1, args.rounds + 1):
@@ -188,6 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
     cpu = {m: results[m]["cpu_step_s"] / results["simcse"]["cpu_step_s"] for m in results if m != "simcse"}
     print("method_cpu_time_ratio_vs_simcse " + " ".join(f"{m}={v:.2f}" for m, v in cpu.items()))
     print("method_step_time_ratio_vs_simcse " + " ".join(f"{m}={v:.2f}" for m, v in ratios.items()))
+    print(f"at the end: {load_line()}" + ("; BUSY MACHINE at the start: timings not comparable" if idle["busy"] else ""))
     return results
 
 

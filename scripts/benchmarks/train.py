@@ -49,8 +49,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import (TOLERANCE, default_data, default_model, format_ceiling, gemm_ceiling, int_at_least,
-                                       load_avg, read_sentences, real_tokens_per_step, repeat_until_stable,
+from scripts.benchmarks.common import (TOLERANCE, check_idle, default_data, default_model, format_ceiling, gemm_ceiling,
+                                       int_at_least, load_avg, load_line, read_sentences, real_tokens_per_step, repeat_until_stable,
                                        run_train_worker, settle_ceilings)
 from simcse.research.flops import encoder_shape, model_flops
 
@@ -200,6 +200,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[],
                    help="extra simcse.training.train options for our side, e.g. --ours-args --padding_free false")
     # worker mode (internal)
+    p.add_argument("--allow_busy", "--allow-busy", dest="allow_busy", action="store_true",
+                   help="run although the 1-minute load average is above half the CPUs (the output says so)")
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     p.add_argument("--gemm", action="store_true", help=argparse.SUPPRESS)
@@ -301,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.side:
         print("RESULT " + json.dumps(worker(args)), flush=True)
         return {}
+    idle = check_idle(args.allow_busy)
     if args.quick:
         args.rounds, args.warmup, args.steps = 1, 2, 3
     precisions = [x.strip() for x in args.precisions.split(",") if x.strip()]
@@ -340,7 +343,8 @@ def main(argv: list[str] | None = None) -> dict:
             + " ".join(f"{k}={speedups.get(k, float('nan')):.2f}" for k in ("fp32", "bf16"))
             + f" mfu_bf16={mfu_bf16:.2f}")
     print(line, flush=True)
-    return {"speedups": speedups, "mfu_bf16": mfu_bf16, "ceiling": ceiling, "gemm_tokens": tokens,
+    print(f"at the end: {load_line()}" + ("; BUSY MACHINE at the start: timings not comparable" if idle["busy"] else ""))
+    return {"speedups": speedups, "mfu_bf16": mfu_bf16, "ceiling": ceiling, "gemm_tokens": tokens, "busy": idle["busy"],
             "summary": {f"{s}_{p}": v for (s, p), v in summary.items()}}
 
 

@@ -116,7 +116,8 @@ def test_the_ablation_runner_and_the_methods_benchmark_train_it(on_path, monkeyp
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PKG), os.environ.get("PYTHONPATH", "")]))
     corpus = write_corpus(tmp_path)
     results = bench.main(["--methods", "dcl", "--model", str(tiny_bert_dir), "--data", str(corpus), "--batch_size", "4",
-                          "--steps", "1", "--warmup", "1", "--max_seq_length", "16", "--threads", "1"])
+                          "--steps", "1", "--warmup", "1", "--max_seq_length", "16", "--threads", "1",
+                          "--allow_busy"])
     assert set(results) == {"simcse", "dcl"} and results["dcl"]["step_s"] > 0
     with pytest.raises(SystemExit, match="no_such"):
         bench.method_options("no_such")
