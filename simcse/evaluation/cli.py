@@ -207,10 +207,22 @@ def main(argv=None) -> dict:
               f"takes: its tokenizer's model_max_length / position table); sentences are cut at {model.max_input_tokens} "
               "tokens, as sentence-transformers cuts them at its max_seq_length", flush=True)
 
+    other = None
+    if args.compare_to:  # loaded before this model is evaluated: a bad folder fails at once
+        try:
+            other = load_compare_model(args, device)
+        except ValueError as e:
+            sys.exit(f"error: {e}")
     cache: dict[tuple, object] = {}
 
     def encode_full(sentences):
-        key = tuple(sentences) if len(dims) > 1 else None  # several sizes: each sentence list is encoded once
+        # several sizes, or a comparison: each sentence list is encoded once (the comparison encodes the STS
+        # tasks' sentences, a subset of the evaluation's: looked up by sentence)
+        if other is not None and len(dims) == 1:
+            return _by_sentence(cache, sentences, lambda todo: model.encode(
+                todo, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
+                show_progress=not args.quiet))
+        key = tuple(sentences) if len(dims) > 1 else None
         if key is None or key not in cache:
             emb = model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
                                show_progress=not args.quiet)
@@ -229,7 +241,7 @@ def main(argv=None) -> dict:
                                    sts_splits="all" if args.sts_all_splits else None, kfold=args.kfold,
                                    seed=args.seed, n_jobs=args.n_jobs, classifier=args.classifier,
                                    bootstrap=args.bootstrap, bootstrap_seed=args.bootstrap_seed)
-        comparison = compare_to(args, tasks, data_dir, model, device) if args.compare_to else None
+        comparison = compare_to(args, tasks, data_dir, encode_full, other, device) if other is not None else None
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     results = by_dim[dims[0]]
@@ -300,28 +312,51 @@ def check_bootstrap_options(args, tasks: list[str]) -> None:
         raise ValueError(f"--compare_to compares STS Spearmans; none of the tasks {tasks} is an STS task")
     if args.truncate_dim is not None:
         raise ValueError("--compare_to compares full-size embeddings; drop --truncate_dim")
-    check_model_path(args.compare_to)
+    try:
+        check_model_path(args.compare_to)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"--compare_to: {e}") from None
 
 
-def compare_to(args, tasks: list[str], data_dir, model, device) -> dict:
-    """The paired comparison of ``model`` (this run's) with ``--compare_to``'s model on the STS tasks among ``tasks``
-    (:func:`simcse.evaluation.engine.compare_sts`); prints the other model's pooler line."""
-    from simcse.evaluation.engine import STS_TASKS, compare_sts
+def load_compare_model(args, device):
+    """``--compare_to``'s model, with the pooler its folder records; prints its pooler line.
+
+    Raises:
+        ValueError: it cannot be loaded (names ``--compare_to``).
+    """
     from simcse.models.modeling import SimCSEModel
     from simcse.models.pooling import pooler_to_use
 
-    pooler_type, recorded = pooler_to_use(args.compare_to, None, option="--pooler")
     try:
+        pooler_type, recorded = pooler_to_use(args.compare_to, None, option="--pooler")
         other = SimCSEModel.from_pretrained(args.compare_to, pooler_type=pooler_type).to(device)
-    except OSError as e:
-        raise ValueError(f"--compare_to: cannot load model {args.compare_to!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--compare_to: cannot load model {args.compare_to!r}: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     print("compare_to " + pooler_line(recorded, other.inference_pooler, None), flush=True)
+    return other
 
-    def encoder(m):
-        return lambda s: m.encode(s, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
-                                  show_progress=not args.quiet)
 
-    return compare_sts(encoder(model), encoder(other), [t for t in tasks if t in STS_TASKS], data_dir, args.mode,
+def _by_sentence(cache: dict, sentences, encode):
+    """Rows of ``sentences`` from ``cache`` (sentence -> row), encoding only the ones not seen before."""
+    import numpy as np
+
+    todo = [s for s in dict.fromkeys(sentences) if s not in cache]
+    if todo:
+        cache.update(zip(todo, encode(todo)))
+    return np.stack([cache[s] for s in sentences]) if sentences else np.zeros((0, 0), dtype=np.float32)
+
+
+def compare_to(args, tasks: list[str], data_dir, encode_this, other, device) -> dict:
+    """The paired comparison of this run's model (``encode_this``, its cached encoder) with ``other``
+    (:func:`load_compare_model`) on the STS tasks among ``tasks`` (:func:`simcse.evaluation.engine.compare_sts`)."""
+    from simcse.evaluation.engine import STS_TASKS, compare_sts
+
+    def encode_other(s):
+        return other.encode(s, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
+                            show_progress=not args.quiet)
+
+    return compare_sts(encode_this, encode_other, [t for t in tasks if t in STS_TASKS], data_dir, args.mode,
                        n_resamples=args.bootstrap or 1000, seed=args.bootstrap_seed)
 
 

@@ -236,8 +236,9 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         try:
             model.attach_mlm_head(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
         except (ValueError, OSError) as e:  # transformers' message lists every model class: its first line
-            raise SetupError(f"--do_mlm needs a masked-LM head of {model_args.model_name_or_path!r}: "
-                             f"{str(e).strip().splitlines()[0]}") from e
+            first = str(e).strip().splitlines()[0]
+            raise SetupError(first if first.startswith("--do_mlm") else
+                             f"--do_mlm needs a masked-LM head of {model_args.model_name_or_path!r}: {first}") from e
     source = data_args.train_file or data_args.dataset_name
     prompts = data_args.prompt_map()
     if prompts:

@@ -143,8 +143,12 @@ def resolve_parameter_groups(objective, learning_rate: float, weight_decay: floa
         if twice:
             raise ValueError(f"{where}: parameter(s) {twice} in two groups")
         seen.update(names)
-        lr = float(g["lr"]) if "lr" in g else float(g.get("lr_scale", 1.0)) * learning_rate
-        wd = float(g.get("weight_decay", weight_decay))
+        try:
+            lr = float(g["lr"]) if "lr" in g else float(g.get("lr_scale", 1.0)) * learning_rate
+            wd = float(g.get("weight_decay", weight_decay))
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} group {i}: lr / lr_scale / weight_decay must be numbers, got "
+                             f"{ {k: g[k] for k in ('lr', 'lr_scale', 'weight_decay') if k in g} }") from None
         if not (math.isfinite(lr) and lr > 0) or not (math.isfinite(wd) and wd >= 0):
             raise ValueError(f"{where} group {i}: lr must be a finite number > 0 and weight_decay >= 0, got lr {lr}, "
                              f"weight_decay {wd}")

@@ -210,6 +210,9 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
         _add_dev_intervals(results["before"], "eval_", trainer, data_args, training_args)
         _print_metrics(f"before training (dev; the starting model with pooler {model_args.pooler_type})", results["before"])
     start = _checkpoint_step(training_args.resume_from_checkpoint)
+    import time
+
+    started = time.time()
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if _stopped_by_signal(trainer, argv, training_args):
         sys.exit(EXIT_PREEMPTED)
@@ -263,7 +266,7 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     if training_args.push_to_hub:
         trainer.push_to_hub()  # the whole output folder: model, simcse and sentence-transformers files, card
     if training_args.should_save:
-        _print_next_steps(training_args.output_dir, data_args.keep_checkpoints)
+        _print_next_steps(training_args.output_dir, data_args.keep_checkpoints, since=started - 1)
     return results
 
 
@@ -286,13 +289,18 @@ def _print_gain(results: dict) -> None:
               f"({100 * (after - before):+.2f})", flush=True)
 
 
-def _print_next_steps(output_dir: str, keep_checkpoints: bool = True) -> None:
+def _print_next_steps(output_dir: str, keep_checkpoints: bool = True, since: float | None = None) -> None:
     """Say where the trained model and the checkpoints are and the commands that use the model (the pooler is
-    read from the folder)."""
+    read from the folder). ``since``: the run's start (a time stamp); checkpoint folders older than it (an earlier
+    run's, in a folder trained into again) are named apart."""
     out = Path(output_dir).resolve()
-    kept = sorted(str(p) for p in out.glob("checkpoint-*") if p.is_dir())
-    if kept:
-        where = "kept in " + ", ".join(kept) + " (--keep_checkpoints false removes them after the final save)"
+    folders = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    kept = [str(p) for p in folders if since is None or p.stat().st_mtime >= since]
+    older = [str(p) for p in folders if str(p) not in kept]
+    if kept or older:
+        where = ("kept in " + ", ".join(kept) if kept else "none written by this run") + (
+            f"; from before this run: {', '.join(older)}" if older else "") + (
+            " (--keep_checkpoints false removes them after the final save)" if kept else "")
     else:
         where = "removed after the final save (--keep_checkpoints false)" if not keep_checkpoints else "none saved"
     print(f"[simcse] trained model: {out}\n"

@@ -150,3 +150,28 @@ def test_the_command_prints_intervals_and_the_paired_comparison(senteval_dir, ti
         with pytest.raises(SystemExit) as e:
             main(["--model_name_or_path", str(tiny_bert_dir), "--data_dir", str(senteval_dir), "--quiet"] + argv)
         assert isinstance(e.value.code, str) and needle in e.value.code and "\n" not in e.value.code
+
+
+def test_compare_to_fails_before_evaluating_and_encodes_this_model_once(senteval_dir, tiny_bert_dir, tiny_roberta_dir,
+                                                                         tmp_path, capsys, monkeypatch):
+    from simcse.models.modeling import SimCSEModel
+
+    main = load_script("evaluation", "simcse_evaluation_script").main
+    base = ["--model_name_or_path", str(tiny_bert_dir), "--pooler", "avg", "--data_dir", str(senteval_dir), "--quiet",
+            "--tasks", "STS12", "STSBenchmark"]
+    (tmp_path / "empty").mkdir()
+    for folder, needle in ((tmp_path / "missing", "--compare_to: cannot load model"), (tmp_path / "empty", "--compare_to: model folder")):
+        with pytest.raises(SystemExit) as e:
+            main(base + ["--compare_to", str(folder)])
+        assert needle in str(e.value.code) and "STS (Spearman" not in capsys.readouterr().out
+    encoded: dict[int, int] = {}
+    real = SimCSEModel.encode
+
+    def counting(self, sentences, *a, **k):
+        encoded[id(self)] = encoded.get(id(self), 0) + len(sentences)
+        return real(self, sentences, *a, **k)
+
+    monkeypatch.setattr(SimCSEModel, "encode", counting)
+    main(base + ["--compare_to", str(tiny_roberta_dir)])
+    counts = sorted(encoded.values())
+    assert len(counts) == 2 and counts[0] == counts[1]  # each model encoded each distinct sentence once

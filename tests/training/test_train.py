@@ -417,3 +417,17 @@ def test_bootstrap_intervals_on_the_training_lines(tmp_path, tiny_bert_dir, trai
         assert low <= value <= high
         assert f"{prefix}stsb_spearman={value:.4f} [{low:.4f}, {high:.4f}]" in printed
     assert "error: --bootstrap" in training_error(_argv(tiny_bert_dir, train_txt, tmp_path / "b", "--bootstrap", "1"))
+
+
+def test_the_last_lines_name_an_earlier_runs_checkpoints_apart(tmp_path, capsys):
+    import os
+    import time
+
+    from simcse.training.train import _print_next_steps
+
+    (tmp_path / "checkpoint-3").mkdir()
+    os.utime(tmp_path / "checkpoint-3", (time.time() - 1000, time.time() - 1000))
+    (tmp_path / "checkpoint-5").mkdir()
+    _print_next_steps(str(tmp_path), True, since=time.time() - 10)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("[simcse] checkpoints:"))
+    assert f"kept in {tmp_path.resolve() / 'checkpoint-5'}; from before this run: {tmp_path.resolve() / 'checkpoint-3'}" in line

@@ -73,6 +73,9 @@ def get_objective(name: str) -> type[Objective]:
 def _check_class(obj, where: str) -> type[Objective]:
     if not (isinstance(obj, type) and issubclass(obj, Objective)):
         raise ValueError(f"--loss {where} is {obj!r}, not a subclass of simcse.training.objectives.Objective")
+    if obj.loss is Objective.loss:
+        raise ValueError(f"--loss {where} is {obj.__module__}:{obj.__qualname__}, which defines no loss(): name a "
+                         "subclass that implements it")
     return obj
 
 
@@ -173,7 +176,13 @@ def build_objective(name: str, loss_args=None) -> Objective:
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
             raise ValueError(f"--loss_args for --loss {name}: unknown key(s) {unknown}; it takes {allowed}")
-    return cls(**_boolean_arguments(cls, kwargs, name))
+    try:
+        return cls(**_boolean_arguments(cls, kwargs, name))
+    except TypeError as e:  # a value of the wrong type met the constructor's own checks ('>' of a str and an int)
+        raise ValueError(f"--loss_args for --loss {name}: a value of the wrong type ({e}); got {kwargs}") from None
+    except ValueError as e:
+        text = str(e)
+        raise ValueError(text if text.startswith("--") else f"--loss {name}: {text}") from None
 
 
 _loaded = False
