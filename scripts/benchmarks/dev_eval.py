@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
     from simcse.training.training_args import DEFAULT_EVAL_BATCH
 
     torch.set_num_threads(args.threads)
-    print(f"dev evaluation benchmark: {model}, {args.threads} threads; {load_avg()} at the start", flush=True)
+    shown = model if args.model else "all-MiniLM-L6-v2 (the embedded model)"
+    print(f"dev evaluation benchmark: {shown}, {args.threads} threads; {load_avg()} at the start", flush=True)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench_dev_eval_") as tmp:
         train = Path(tmp) / "train.txt"
