@@ -26,7 +26,7 @@ WORDS = (
 
 def tiny_encoder(folder: str | Path, *, arch: str = "bert", layers: int = 2, hidden: int = 32, heads: int = 2,
                  intermediate: int | None = None, positions: int = 64, vocab_size: int | None = None,
-                 init_std: float = 0.02, dropout: float = 0.1, seed: int = 0, words=WORDS) -> Path:
+                 init_std: float = 0.02, dropout: float = 0.1, seed: int = 0, words=WORDS, mlm_head: bool = False) -> Path:
     """Save a random ``arch`` encoder and its WordPiece tokenizer into ``folder`` (created); return ``folder``.
 
     Args:
@@ -41,13 +41,16 @@ def tiny_encoder(folder: str | Path, *, arch: str = "bert", layers: int = 2, hid
         dropout: hidden and attention dropout probability.
         seed: ``torch.manual_seed`` before the weights are drawn.
         words: the vocabulary after :data:`SPECIAL_TOKENS` (lower-case words; the tokenizer lower-cases).
+        mlm_head: save the masked-LM model (``BertForMaskedLM`` / ``RobertaForMaskedLM``: the encoder plus its
+            random MLM head), so ``--do_mlm``, InfoCSE and DiffCSE's generator can be tried on it.
 
     Raises:
         ValueError: an unknown ``arch``, ``hidden`` not divisible by ``heads``, or ``vocab_size`` smaller than
             the vocabulary.
     """
     import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
+    from transformers import (BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast, RobertaConfig,
+                              RobertaForMaskedLM, RobertaModel)
 
     if arch not in ("bert", "roberta"):
         raise ValueError(f"arch: expected 'bert' or 'roberta', got {arch!r}")
@@ -69,9 +72,10 @@ def tiny_encoder(folder: str | Path, *, arch: str = "bert", layers: int = 2, hid
                   hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, initializer_range=init_std)
     torch.manual_seed(seed)
     if arch == "bert":
-        model = BertModel(BertConfig(**common))
+        model = (BertForMaskedLM if mlm_head else BertModel)(BertConfig(**common))
     else:
-        model = RobertaModel(RobertaConfig(pad_token_id=0, bos_token_id=2, eos_token_id=3, type_vocab_size=1, **common))
+        model = (RobertaForMaskedLM if mlm_head else RobertaModel)(
+            RobertaConfig(pad_token_id=0, bos_token_id=2, eos_token_id=3, type_vocab_size=1, **common))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder

@@ -60,3 +60,21 @@ def test_make_tiny_decoder_refuses_a_trained_model_folder(tmp_path, capsys):
         script.main([str(tmp_path), "--family", "gpt2"])
     assert exc.value.code == 2 and "holds a trained simcse model" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["simcse_config.json"]
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_a_tiny_encoder_with_its_mlm_head_trains_with_do_mlm(tmp_path, arch):
+    """tiny_encoder(..., mlm_head=True) saves the masked-LM model: the encoder loads as usual and --do_mlm finds
+    its head (the plain tiny encoder has none)."""
+    from conftest import run_training, write_corpus
+    from simcse.models.modeling import SimCSEModel
+    from simcse.models.testing import tiny_encoder
+
+    folder = tiny_encoder(tmp_path / "m", arch=arch, mlm_head=True)
+    SimCSEModel.from_pretrained(str(folder), pooler_type="avg").attach_mlm_head(str(folder))
+    trainer = run_training(["--model_name_or_path", str(folder), "--train_file", str(write_corpus(tmp_path)),
+                            "--output_dir", str(tmp_path / "o"), "--do_mlm", "true", "--max_steps", "1",
+                            "--per_device_train_batch_size", "8", "--use_cpu", "true", "--eval_strategy", "no",
+                            "--save_strategy", "no", "--eval_before_training", "false", "--test_after_training",
+                            "false", "--report_to", "none", "--logging_steps", "1", "--pooler_type", "avg"])
+    assert any("loss_mlm" in h for h in trainer.state.log_history)
