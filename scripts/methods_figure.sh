@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The alignment-uniformity figure of docs/methods.md: unsupervised SimCSE's CPU default and each method's CPU config,
 # trained for the same 5 steps, beside the untrained all-MiniLM-L6-v2, coloured by STS-B dev Spearman computed
-# from the same embeddings. Trains 8 short runs into result/fig-*, then plots (on 2 shared CPU cores: about 40 minutes).
+# from the same embeddings. Trains 8 short runs into result/fig-*, then plots.
 #   bash scripts/methods_figure.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
