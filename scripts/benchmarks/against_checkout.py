@@ -25,7 +25,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from scripts.benchmarks.common import (TOLERANCE, default_data, default_model, format_ceiling, int_at_least, load_avg,
+from scripts.benchmarks.common import (TOLERANCE, add_busy_option, check_idle, default_data, default_model, format_ceiling, int_at_least, load_avg,
                                        read_sentences, real_tokens_per_step, repeat_until_stable, run_train_worker,
                                        settle_ceilings)
 
@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--old-args", type=shlex.split, default=[],
                    help="extra simcse.training.train options of the old side, one string: --old-args='--optim adamw_torch'")
     p.add_argument("--new-args", type=shlex.split, default=[], help="the same for the new side")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     if not any((args.checkout / "scripts" / x).is_file() for x in ("benchmarks/train.py", "benchmark_train.py")):
         p.error(f"--checkout {args.checkout}: no scripts/benchmarks/train.py (or the older scripts/benchmark_train.py) "
                 "there (expected a simcse checkout)")

@@ -154,6 +154,14 @@ def load_line() -> str:
     return f"load {os.getloadavg()[0]:.2f} (1-minute average) on {os.cpu_count() or 1} CPUs"
 
 
+ALLOW_BUSY_HELP = "run although the 1-minute load average is above half the CPUs (the output says so)"
+
+
+def add_busy_option(parser) -> None:
+    """``--allow_busy`` on a benchmark's parser (:func:`check_idle` reads it)."""
+    parser.add_argument("--allow_busy", action="store_true", help=ALLOW_BUSY_HELP)
+
+
 def check_idle(allow_busy: bool, say=print) -> dict:
     """The idle-machine guard of the timed benchmarks: print the load line; on a busy machine (1-minute load
     average above :func:`busy_limit`) refuse with one line (SystemExit) unless ``allow_busy``, then warn loudly.

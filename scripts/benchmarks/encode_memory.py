@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import REPO, checkout_env, default_data, default_model, int_list_at_least
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, checkout_env, default_data, default_model, int_list_at_least
 
 
 def small_model(cache: Path) -> Path:
@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sizes", type=int_list_at_least(1), default=[10_000, 200_000])
     p.add_argument("--shard-size", type=int, default=10_000)
     p.add_argument("--cache", type=Path, default=REPO / "bench_cache")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     args.cache.mkdir(parents=True, exist_ok=True)
     model = small_model(args.cache)
     print(f"sizes={args.sizes} shard_size={args.shard_size} load_avg_1min={os.getloadavg()[0]:.2f}", flush=True)

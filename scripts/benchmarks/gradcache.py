@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import REPO, checkout_env, default_model, module_command
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, checkout_env, default_model, module_command
 
 
 
@@ -125,6 +125,7 @@ def main(argv=None) -> dict:
     p.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
     p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (the Trainer's --bf16)")
     p.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
+    add_busy_option(p)
     args = p.parse_args(argv)
     args.model_name_or_path = args.model_name_or_path or default_model()
     if not args.model_name_or_path:
@@ -132,6 +133,7 @@ def main(argv=None) -> dict:
     if args._child:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return {}
+    check_idle(args.allow_busy)
 
     results = {}
     for chunk in (0, args.chunk):

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.benchmarks.common import REPO, checkout_env, default_data, default_model, int_at_least
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, checkout_env, default_data, default_model, int_at_least
 
 KINDS = ("exact", "ivf", "ivfpq", "hnsw")
 
@@ -277,7 +277,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--only-encode-check", action="store_true", help="run the --encode-check part alone")
     p.add_argument("--reuse", action="store_true", help="reuse index folders and exact top-10 of an earlier run with "
                    "the same --n/--real (build times are then not measured: printed as nan)")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     for k in kinds:
         if k not in KINDS:

@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from scripts.benchmarks.common import REPO, default_data, int_at_least, read_sentences
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, default_data, int_at_least, read_sentences
 
 KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout (masks)", "LayerNorm", "GELU",
          "casts (autocast) and copies in linear (bias)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",
@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int_at_least(1), default=2)
     p.add_argument("--top", type=int, default=0, help="also print the N (operator, outermost caller) pairs with the most self time")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra simcse.training.train options")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     args.data = args.data or default_data()
     for precision in [x.strip() for x in args.precisions.split(",") if x.strip()]:
         if precision not in ("fp32", "bf16"):

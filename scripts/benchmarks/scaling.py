@@ -14,7 +14,7 @@ import argparse
 import os
 import time
 
-from scripts.benchmarks.common import default_model, int_at_least, int_list_at_least, run_train_worker
+from scripts.benchmarks.common import add_busy_option, check_idle, default_model, int_at_least, int_list_at_least, run_train_worker
 
 from simcse.research.flops import encoder_shape
 
@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int_at_least(1), default=3)
     p.add_argument("--loss-batch", type=int_at_least(2), default=512, help="batch size of the loss-only timing")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads (default: all usable cores)")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     threads = args.threads if args.threads is not None else len(os.sched_getaffinity(0))
     points = [(b, 32) for b in args.batch_sizes] + [(64, n) for n in args.lengths]
     points = list(dict.fromkeys(points))  # (64, 32) once

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.benchmarks.common import api_get, check_loopback, default_data, int_at_least, start_server
+from scripts.benchmarks.common import add_busy_option, api_get, check_idle, check_loopback, default_data, int_at_least, start_server
 
 
 def load_queries(path: Path, n: int, skip: int) -> list[str]:
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-k", type=int_at_least(1), default=10)
     p.add_argument("--threshold", type=float, default=0.0)
     p.add_argument("--max-seconds", type=float, default=900, help="stop sending after this long")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
 
     if args.query_file:
         queries = load_queries(Path(args.query_file), args.queries, 0)

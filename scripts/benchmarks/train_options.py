@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 
-from scripts.benchmarks.common import int_at_least, run_train_worker
+from scripts.benchmarks.common import add_busy_option, check_idle, int_at_least, run_train_worker
 
 DEFAULT_VARIANTS = {
     # every speed option off: padded batch, transformers' SDPA attention, torch's dropout
@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--warmup", type=int_at_least(1), default=3)
     p.add_argument("--steps", type=int_at_least(1), default=6)
     p.add_argument("--threads", type=int_at_least(1), default=None, help="torch threads per run (default: all usable cores)")
+    add_busy_option(p)
     args = p.parse_args(argv)
+    check_idle(args.allow_busy)
     try:
         variants = json.loads(args.variants) if args.variants else DEFAULT_VARIANTS
     except json.JSONDecodeError as e:

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import checkout_env, default_data, int_at_least, module_command
+from scripts.benchmarks.common import add_busy_option, check_idle, checkout_env, default_data, int_at_least, module_command
 
 WIKI = "wiki1m_for_simcse.txt"
 
@@ -91,10 +91,12 @@ def main(argv=None) -> None:
     p.add_argument("--worker", choices=["file", "dataset"], help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    add_busy_option(p)
     args = p.parse_args(argv)
     if args.worker:
         print(json.dumps(_worker(args.worker, str(args.data), args.folder, args.out, args.warmup, args.steps)))
         return
+    check_idle(args.allow_busy)
     if args.quick:
         args.rounds, args.warmup, args.steps = 1, 1, 3
     args.data = (args.data or default_data(WIKI)).resolve()

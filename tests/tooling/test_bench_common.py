@@ -120,3 +120,31 @@ def test_settle_ceilings_is_bounded():
     again, notes = iter([ceiling(1, 2), ceiling(1, 1), ceiling(1, 2)]), []
     best, results, agreed = settle_ceilings(ceiling(1, 1), lambda: next(again), max_extra=1, say=notes.append)
     assert not agreed and len(results) == 3 and "still disagree" in notes[-1]
+
+
+TIMED = ["against_checkout", "dev_eval", "encode", "encode_memory", "evaluation", "family", "gradcache", "index",
+         "methods", "profile_train_step", "scaling", "scored_pairs", "serve", "train", "train_options", "train_sources"]
+
+
+@pytest.mark.parametrize("name", TIMED)
+def test_every_timed_benchmark_refuses_a_busy_machine_before_it_measures(name, monkeypatch, capsys, tmp_path):
+    """A load average of 3.0 on 2 CPUs: each timed benchmark prints the load line and stops with the one-line refusal
+    (no worker started, no server, no training); --allow_busy is an option of each."""
+    import importlib
+    import os
+    import subprocess
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 3.0, 3.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"{name} started a process on a busy machine"))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"{name} started a process on a busy machine"))
+    bench = importlib.import_module(f"scripts.benchmarks.{name}")
+    argv = {"against_checkout": ["--checkout", str(tmp_path)], "serve": ["--url", "http://127.0.0.1:9"]}.get(name, [])
+    with pytest.raises(SystemExit) as e:
+        bench.main([*argv, "--model", "x"] if name in ("methods", "scored_pairs", "encode") else argv)
+    assert "the machine is busy (1-minute load average 3.00 on 2 CPUs)" in str(e.value), e.value
+    assert "load 3.00 (1-minute average) on 2 CPUs" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    assert "--allow_busy" in capsys.readouterr().out
