@@ -131,3 +131,26 @@ def test_methods_cost_column_is_read_off_one_printed_run():
         key = METHOD_KEYS[row["method"]]
         want = f"{wall[key]}x wall, {cpu[key]}x CPU (peak RSS {memory[key]}x)"
         assert row["step time / SimCSE"].startswith(want), (row["step time / SimCSE"], want)
+
+
+def test_methods_cpu_run_column_is_read_off_the_printed_family_run():
+    """docs/methods.md: the table's "our CPU run" cells are the rows of the one printed run of
+    scripts/benchmarks/family.py in "The family at the unsupervised budget" (STS-B test with its interval, and the
+    paired difference with SimCSE), every method from that same run, SimCSE's row among them."""
+    text = METHODS_PAGE.read_text()
+    section = text.split("\n### The family at the unsupervised budget\n", 1)[1].split("\n### ", 1)[0]
+    assert section.count("$ python -m scripts.benchmarks.family") == 1, "one run, its command printed"
+    output = section.split("$ python -m scripts.benchmarks.family", 1)[1]
+    header = next(x for x in output.splitlines() if x.startswith("| method |"))
+    assert header == ("| method | STS-B test | STS-B - SimCSE | p | SICK-R test | SICK-R - SimCSE | p | "
+                      "STS-B dev before / after | steps | train s | s/step |")
+    printed = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in output.splitlines()
+                                 if line.startswith("| ") and not line.startswith(("| method |", "| --- |")))}
+    assert sorted(printed) == sorted([*METHOD_KEYS.values(), "simcse"])
+    assert printed["simcse"][2] == printed["simcse"][5] == ""
+    column = next(c for c in _table(text, "method")[0] if c.startswith("our CPU run"))
+    for row in _table(text, "method"):
+        p = printed[METHOD_KEYS[row["method"]]]
+        want = (f"STS-B test {p[1]}, {p[2]} vs SimCSE (p {p[3]}); SICK-R test {p[4]}, {p[5]} vs SimCSE; "
+                f"STS-B dev {p[7]}")
+        assert row[column] == want, (row[column], want)
