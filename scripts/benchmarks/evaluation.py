@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from scripts.benchmarks.common import REPO, check_idle, default_model
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, default_model
 
 
 def main(argv=None) -> list[float]:
@@ -28,7 +28,7 @@ def main(argv=None) -> list[float]:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--reference_seconds", type=float, default=None,
                    help="the reference SentEval pipeline's time for this suite on this machine: print the speed-up over it")
-    p.add_argument("--allow_busy", action="store_true", help="run on a busy machine (the output says so)")
+    add_busy_option(p)
     p.add_argument("--data_dir", default=None)
     p.add_argument("--batch_size", type=int, default=64)
     args = p.parse_args(argv)

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import REPO, check_idle, checkout_env, int_at_least, load_line
+from scripts.benchmarks.common import REPO, add_busy_option, check_idle, checkout_env, int_at_least, load_line
 
 CONFIGS: dict[str, str] = {
     "simcse": "configs/unsup_cpu_minilm.json",
@@ -69,8 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int_at_least(2), default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--bootstrap_seed", type=int, default=1111, help="seed of the resampling (default 1111)")
     p.add_argument("--output_json", type=Path, default=None, help="write every number of the table here")
-    p.add_argument("--allow_busy", action="store_true",
-                   help="train although the 1-minute load average is above half the CPUs (the output says so)")
+    add_busy_option(p)
     return p
 
 
@@ -149,7 +148,7 @@ def rows(method: str, ev: dict, logged: dict, tasks: list[str]) -> dict:
     return row
 
 
-def format_table(results: list[dict], tasks: list[str], args) -> str:
+def format_table(results: list[dict], tasks: list[str]) -> str:
     """The Markdown table: per method each task's score [interval], the difference with SimCSE [interval] and p,
     STS-B dev before / after, steps and training seconds."""
     head = ["method"]
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"\nall-MiniLM-L6-v2, each method's CPU config, {budget}, batch 64, seed 42; Spearman x 100 on the test "
           f"splits [95% bootstrap interval, {args.bootstrap} resamples, seed {args.bootstrap_seed}]; method - SimCSE "
           "on the same pairs (paired bootstrap; an interval containing 0 is no difference)\n")
-    print(format_table(results, args.tasks, args))
+    print(format_table(results, args.tasks))
     print(f"\n{len(todo)} run(s) trained, whole benchmark {time.perf_counter() - t_all:.0f} s; at the end: {load_line()}"
           + ("; BUSY MACHINE at the start: timings not comparable" if idle and idle["busy"] else ""))
     if args.output_json:

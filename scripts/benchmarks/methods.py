@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import (check_idle, checkout_env, default_data, default_model, int_at_least, load_line,
-                                       module_command, read_sentences)
+from scripts.benchmarks.common import (add_busy_option, check_idle, checkout_env, default_data, default_model,
+                                       int_at_least, load_line, module_command, read_sentences)
 
 _PROMPT = {"template": '*cls*_This_sentence_of_"*sent_0*"_means*mask*.*sep+*',
            "template2": '*cls*_This_sentence_:_"*sent_0*"_means*mask*.*sep+*'}
@@ -150,8 +150,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run every method this many times, one round after another; each time is its best round's")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--allow_busy", action="store_true",
-                   help="run although the 1-minute load average is above half the CPUs (the output says so)")
+    add_busy_option(p)
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 

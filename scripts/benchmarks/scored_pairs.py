@@ -59,7 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from scripts.benchmarks.common import (check_idle, default_data, default_model, int_at_least,  # noqa: E402
+from scripts.benchmarks.common import (add_busy_option, check_idle, default_data, default_model, int_at_least,  # noqa: E402
                                        load_line)
 
 DIMS = (384, 256, 128, 64, 32)
@@ -396,7 +396,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int_at_least(1), default=2)
     p.add_argument("--resamples", type=int_at_least(2), default=RESAMPLES, help="bootstrap resamples (default 1000)")
     p.add_argument("--data_dir", default=None, help="SentEval downstream folder (default: as the evaluator finds it)")
-    p.add_argument("--allow_busy", action="store_true", help="run on a busy machine (the output says so)")
+    add_busy_option(p)
     p.add_argument("--output_json", type=Path, default=None, help="also write the RESULT JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run", choices=(*RUNS, "start"), default=None, help=argparse.SUPPRESS)
