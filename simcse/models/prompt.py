@@ -217,8 +217,11 @@ def _mask_states(model, ids, mask, mpos, position_ids=None):
         kw = {} if position_ids is None else {"position_ids": position_ids}
         last, _ = encode_unpadded(model.encoder, ids, mask, False, **kw)
     else:
-        last = model.encoder(input_ids=ids, attention_mask=None if position_ids is not None else mask,
-                             position_ids=position_ids, return_dict=True).last_hidden_state
+        # the mask is always passed: given position ids and no mask, transformers >= 5.25 reads a jump in the
+        # positions (the template-only rows' shifted suffix) as the start of another packed sequence and stops
+        # attention across it; the official code (transformers 4) attends over the whole row
+        last = model.encoder(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                             return_dict=True).last_hidden_state
     return last[torch.arange(len(ids), device=ids.device), mpos]
 
 

@@ -225,10 +225,13 @@ def encode_unpadded(encoder, input_ids: torch.Tensor, attention_mask: torch.Tens
         return t.reshape(-1)[flat].unsqueeze(0)
 
     extra = {k: pack(v) if torch.is_tensor(v) and v.shape == input_ids.shape else v for k, v in encoder_kwargs.items()}
+    packed_ids = pack(input_ids)
     out = encoder(
-        input_ids=pack(input_ids),
+        input_ids=packed_ids,
         position_ids=pack(_padded_position_ids(encoder, input_ids) if positions is None else positions),
-        attention_mask=None,
+        # an all-ones mask, not None: given position ids and no mask, transformers >= 5.25 builds a (T, T) mask of
+        # the packed sequences it reads from the positions; the layout already separates the sentences
+        attention_mask=torch.ones_like(packed_ids),
         output_hidden_states=output_hidden_states,
         return_dict=True,
         **{_LAYOUT_KWARG: _Layout(keep)},

@@ -53,7 +53,11 @@ def _official_delta(encoder, tok, template, mask_id, length=50):
     d_ids = torch.tensor([tokens]).repeat(length, 1)
     d_pos = torch.arange(d_ids.shape[1]).unsqueeze(0).repeat(length, 1)
     d_pos[:, n_bs + 1:] += torch.arange(length).unsqueeze(-1)
-    last = encoder(input_ids=d_ids, position_ids=d_pos, return_dict=True).last_hidden_state
+    # the official call passes no attention mask, which its transformers (4.x) read as all ones; transformers >= 5.25
+    # reads a mask-less call with position ids as packed sequences split where the positions jump, so the ones
+    # are written out here to keep the official semantics on every version
+    last = encoder(input_ids=d_ids, attention_mask=torch.ones_like(d_ids), position_ids=d_pos,
+                   return_dict=True).last_hidden_state
     return last[d_ids == mask_id], d_ids.shape[1]
 
 
