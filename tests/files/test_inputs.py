@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -66,7 +67,7 @@ def test_cli_encode_row_i_is_line_i(five_lines, tmp_path, tiny_bert_dir):
     np.testing.assert_allclose(emb, t.encode(LINES, return_numpy=True), atol=1e-6)
     # the same through stdin
     proc = subprocess.run(
-        ["python", "-c", "import sys; from simcse.cli import main; sys.exit(main(sys.argv[1:]))", "encode",
+        [sys.executable, "-c", "import sys; from simcse.cli import main; sys.exit(main(sys.argv[1:]))", "encode",
          "--model", str(tiny_bert_dir), "--pooler", "avg", "--input", "-", "--output", str(tmp_path / "s.npy")],
         input=five_lines.read_bytes(), capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()

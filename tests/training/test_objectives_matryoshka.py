@@ -30,18 +30,26 @@ class _TestInBatch(Objective):
         return F.cross_entropy(logits, torch.arange(len(u)))
 
 
-class _FixedModel(nn.Module):
-    """A stand-in SentenceTransformer: column k's features give the fixed embeddings table[k]."""
+class _Table(nn.Module):
+    """A module of fixed embeddings: column k's features give table[k] (the loss's gradient flows into it)."""
 
     def __init__(self, table):
         super().__init__()
         self.table = table
 
     def forward(self, features):
-        return {"sentence_embedding": self.table[features["column"]]}
+        return {**features, "sentence_embedding": self.table[features["column"]]}
 
-    def get_embedding_dimension(self):
+    def get_sentence_embedding_dimension(self):
         return self.table[0].shape[-1]
+
+
+def _fixed_model(table):
+    """A real ``SentenceTransformer`` (public constructor, ``modules=[...]``) over :class:`_Table`: the losses call
+    whatever private helpers of the model their version needs, so no stand-in model has to know them."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(modules=[_Table(table)], device="cpu")
 
 
 def _emb(seed=0):
@@ -62,7 +70,7 @@ def _formula(emb, dims, weights):
 
 
 def _st_matryoshka(x, dims, weights):
-    model = _FixedModel([x[:, 0], x[:, 1]])
+    model = _fixed_model([x[:, 0], x[:, 1]])
     mnrl = st_losses.MultipleNegativesRankingLoss(model, scale=20.0)
     loss = st_losses.MatryoshkaLoss(model, mnrl, matryoshka_dims=dims, matryoshka_weights=weights)
     return loss([{"column": 0}, {"column": 1}], torch.zeros(B))
