@@ -10,10 +10,11 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     # the checkout's configs/ folder ships inside the package as simcse/configs (``simcse train --config NAME``)
-    packages=find_packages(include=["simcse", "simcse.*"]) + ["simcse.configs", "simcse.configs.ablations"],
+    packages=find_packages(include=["simcse", "simcse.*"]) + ["simcse.configs", "simcse.configs.ablations",
+                                                          "simcse.configs.experiments"],
     package_dir={"simcse.configs": "configs"},
     package_data={"simcse.serving": ["static/*.html", "static/*.css", "static/*.js"], "simcse.configs": ["*.json"],
-                  "simcse.configs.ablations": ["*.json"]},
+                  "simcse.configs.ablations": ["*.json"], "simcse.configs.experiments": ["*.json"]},
     python_requires=">=3.10",
     # Lower bounds are versions the whole test suite passes with (scripts/check_min_versions.sh installs
     # exactly these in a fresh venv and runs it); lower versions are not claimed to work.
@@ -37,9 +38,10 @@ setup(
         "mteb": ["mteb>=2.0,<3"],
         "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
         "llm": ["peft>=0.13"],
+        "slurm": ["submitit>=1.5"],
         "dev": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "sentence-transformers>=3", "matplotlib>=3.7", "faiss-cpu>=1.7.4",
                 "onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.1", "mteb>=2.0,<3",
-                "fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "playwright>=1.40", "peft>=0.13"],
+                "fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "playwright>=1.40", "peft>=0.13", "submitit>=1.5"],
     },
     entry_points={"console_scripts": ["simcse=simcse.cli:main", "simcse-train=simcse.training.train:main"]},
 )

@@ -221,11 +221,11 @@ def main(argv=None) -> dict:
         if other is not None and len(dims) == 1:
             return _by_sentence(cache, sentences, lambda todo: model.encode(
                 todo, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
-                show_progress=not args.quiet))
+                show_progress=not args.quiet, truncate_dim=model.hidden_size))
         key = tuple(sentences) if len(dims) > 1 else None
         if key is None or key not in cache:
             emb = model.encode(sentences, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
-                               show_progress=not args.quiet)
+                               show_progress=not args.quiet, truncate_dim=model.hidden_size)  # full; cut per size
             if key is None:
                 return emb
             cache[key] = emb
@@ -354,7 +354,7 @@ def compare_to(args, tasks: list[str], data_dir, encode_this, other, device) -> 
 
     def encode_other(s):
         return other.encode(s, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
-                            show_progress=not args.quiet)
+                            show_progress=not args.quiet, truncate_dim=other.hidden_size)  # full size, as this one
 
     return compare_sts(encode_this, encode_other, [t for t in tasks if t in STS_TASKS], data_dir, args.mode,
                        n_resamples=args.bootstrap or 1000, seed=args.bootstrap_seed)
@@ -388,7 +388,8 @@ def format_comparison(comparison: dict, args) -> str:
 
 
 def truncate_dims(value: str | None, model) -> list[int | None]:
-    """The sizes ``--truncate_dim`` asks for: [None] (full size) when not given; one int; a comma list; or
+    """The sizes ``--truncate_dim`` asks for: when not given, the model's own ``truncate_dim`` (recorded by a
+    sentence-transformers folder) or [None] (full size); one int; a comma list; or
     ``trained``: the model's recorded ``matryoshka_dims`` (high to low).
 
     Raises:
@@ -397,8 +398,8 @@ def truncate_dims(value: str | None, model) -> list[int | None]:
     """
     from simcse.models.truncation import check_truncate_dim
 
-    if value is None:
-        return [None]
+    if value is None:  # the size a sentence-transformers folder records (SimCSEModel.truncate_dim), else full
+        return [getattr(model, "truncate_dim", None)]
     if str(value).strip() == "trained":
         dims = list(getattr(model, "matryoshka_dims", None) or [])
         if not dims:

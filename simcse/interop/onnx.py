@@ -276,8 +276,9 @@ class ONNXEncoder:
 
     def encode(self, sentences: list[str], batch_size: int = 64, max_length: int = 128, device=None,
                show_progress: bool = False, normalize: bool = False, dtype=None, prompt: str | None = None,
-               prompt_name: str | None = None) -> np.ndarray:
-        """Embed ``sentences``; float32 (N, H) in input order (the contract of :meth:`SimCSEModel.encode`).
+               prompt_name: str | None = None, truncate_dim: int | None = None) -> np.ndarray:
+        """Embed ``sentences``; float32 (N, H) in input order (the contract of :meth:`SimCSEModel.encode`; an
+        exported graph records no ``truncate_dim`` of its own, so ``truncate_dim`` None is the full size H).
 
         Tokenisation and batching are the torch encoder's (:meth:`SimCSEModel.encode`): batches cut from the
         list sorted by token length; ``max_length`` truncates (tokens, capped at the model's limit).
@@ -316,6 +317,8 @@ class ONNXEncoder:
             batch = SimCSEModel._padded_batch(self, flat, lengths, offsets, idx)
             batch[PROMPT_LENGTH] = np.full(len(idx), prompt_tokens, dtype=np.int64)
             out[idx] = self.session.run(None, {k: batch[k] for k in self.input_names})[0]
-        if normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        from simcse.models.truncation import check_truncate_dim, truncate_embeddings
+
+        out = truncate_embeddings(out, check_truncate_dim(truncate_dim, self.hidden_size, "truncate_dim"),
+                                  normalize=normalize)
         return out

@@ -36,7 +36,7 @@ from simcse.models.reference_checkpoints import missing_pooler_message, publishe
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.folder_files import (MLM_HEAD_WEIGHTS_NAME, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, TOKENIZER_FILES,
                                         WEIGHT_FILES, written_by_a_save)
-from simcse.models.st_files import write_sentence_transformers_files
+from simcse.models.st_files import apply_st_pipeline, read_st_pipeline, write_sentence_transformers_files
 from simcse.models.truncation import TRAINED_DIMS_KEY
 
 logger = logging.getLogger(__name__)
@@ -427,6 +427,7 @@ class SavedFolder:
         hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
         cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
         ref_mlp = read_reference_mlp(path) if is_local and cfg is None else None
+        pipeline = read_st_pipeline(path) if is_local and cfg is None else None  # refuses modules it cannot apply
         config = hf_kwargs.get("config") or read_model_config(path, trust_remote_code, hf_kwargs)
         if pooler_type is None:
             pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local, config)
@@ -468,12 +469,14 @@ class SavedFolder:
                 logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
         if cfg is not None and cfg.get("prompts"):
             model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
+        if pipeline is not None:
+            apply_st_pipeline(model, pipeline, path)
         return model
 
     @staticmethod
     def _default_pooler(path: str, cfg: dict | None, reference_folder: bool, is_local: bool, config=None) -> str:
-        """The pooler when none is given: the saved one; the one a sentence-transformers folder records; none for
-        a reference trainer folder (ValueError); for the reference's 8 published ids their documented one (one log
+        """The pooler when none is given: the saved one; the one a sentence-transformers folder records (a
+        ValueError naming its Pooling module when it has none); none for a reference trainer folder (ValueError); for the reference's 8 published ids their documented one (one log
         line); ``last_token`` for a decoder LLM; else ``cls`` with a warning."""
         if cfg is not None:
             return cfg["pooler_type"]

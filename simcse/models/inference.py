@@ -21,6 +21,9 @@ class Encoding:
 
     prompts: dict = {}  # name -> text prefixed to a sentence before tokenisation (sentence-transformers' prompts)
     default_prompt_name: str | None = None  # the prompt encode applies when none is asked for
+    # What a sentence-transformers folder's pipeline does after pooling (simcse.models.st_files.apply_st_pipeline):
+    pipeline_normalize: bool = False  # its Normalize module: unit vectors, before any truncation
+    truncate_dim: int | None = None  # its recorded truncate_dim: the size encode returns by default
 
     def set_prompts(self, prompts: dict, default_prompt_name: str | None = None) -> None:
         """Set the model's named prompts (sentence-transformers' ``prompts``: name -> prefix text) and the one
@@ -73,8 +76,10 @@ class Encoding:
         dtype: torch.dtype | None = None,
         prompt: str | None = None,
         prompt_name: str | None = None,
+        truncate_dim: int | None = None,
     ) -> np.ndarray:
-        """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, H) in input order.
+        """Embed ``sentences`` in eval mode (no dropout); returns float32 (N, D) in input order, D the
+        ``truncate_dim`` (default: the model's own :attr:`truncate_dim`, else the hidden size H).
 
         All sentences are tokenised up front (:meth:`_tokenize_flat`), then batches of ``batch_size`` are cut
         from the list sorted by *token* length (:meth:`_padded_batch`), so a batch carries almost no padding.
@@ -86,18 +91,27 @@ class Encoding:
         with ``include_prompt`` False leaves the prompt's tokens out of its mean
         (:mod:`simcse.models.prompt_pooling`).
 
+        A model loaded from a sentence-transformers folder encodes as its pipeline does: the pooled vector made unit
+        length when it has a ``Normalize`` module (:attr:`pipeline_normalize`), then cut to ``truncate_dim``, then
+        made unit length when ``normalize`` is True (the order of ``SentenceTransformer.encode``).
+
         Raises:
             TypeError: ``sentences`` is not a list/tuple of str (the message gives the bad position).
-            ValueError: the model has no tokenizer, or ``batch_size``/``max_length`` is not a positive int.
+            ValueError: the model has no tokenizer; ``batch_size``/``max_length`` is not a positive int; a
+                ``truncate_dim`` below 1 or above H.
         """
+        from simcse.models.truncation import check_truncate_dim, truncate_embeddings
+
         self._check_encode_args(sentences, batch_size, max_length)
+        dim = check_truncate_dim(self.truncate_dim if truncate_dim is None else truncate_dim, self.hidden_size,
+                                 "truncate_dim") or self.hidden_size
         prefix = self.prompt_text(prompt, prompt_name)
         if prefix:
             sentences = [prefix + s for s in sentences]
         max_length = min(max_length, self.max_input_tokens)  # longer would index past the position table
         n = len(sentences)
         if n == 0:
-            return np.zeros((0, self.hidden_size), dtype=np.float32)
+            return np.zeros((0, dim), dtype=np.float32)
         if device is not None:
             self.to(device)
         flat, lengths, offsets = self._tokenize_flat(sentences, max_length)
@@ -105,7 +119,7 @@ class Encoding:
 
         # Batches over the token-length order (longest first, so an out-of-memory shows up at once).
         order = np.argsort(-lengths, kind="stable")
-        out = np.empty((n, self.hidden_size), dtype=np.float32)
+        out = np.empty((n, dim), dtype=np.float32)
         starts = range(0, n, batch_size)
         if show_progress:
             from tqdm.auto import tqdm
@@ -120,8 +134,9 @@ class Encoding:
                 batch = {k: torch.from_numpy(v).to(dev) for k, v in self._padded_batch(flat, lengths, offsets, idx).items()}
                 with torch.autocast(device_type=dev.type, dtype=dtype, enabled=dtype is not None):
                     emb = self(**batch, **extra).float()  # (B, H)
-                if normalize:
+                if self.pipeline_normalize:
                     emb = torch.nn.functional.normalize(emb, dim=-1)
+                emb = truncate_embeddings(emb, dim, normalize=normalize)  # (B, D)
                 out[idx] = emb.cpu().numpy()
         finally:
             self.train(was_training)

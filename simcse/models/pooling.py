@@ -139,14 +139,21 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     * ``simcse_config.json`` (a folder saved by simcse): its ``pooler_type``.
     * a sentence-transformers folder (``modules.json``: a Transformer, a Pooling and optionally a Normalize
       module): ``1_Pooling/config.json``'s mean-tokens mode is ``avg``, its CLS-token mode
-      ``cls_before_pooler`` (the [CLS] vector without the BERT pooler). Other modes and pipelines with more
-      modules (``Dense``...) have no simcse pooler: None.
+      ``cls_before_pooler`` (the [CLS] vector without the BERT pooler), its last-token mode ``last_token``
+      (:func:`simcse.models.st_files.read_st_pipeline`).
 
     A hub name or a folder with neither file gives None: nothing is guessed from the model's name (the
     reference tool picked ``cls_before_pooler`` for names containing "unsup").
+
+    Raises:
+        ValueError: a sentence-transformers folder whose pipeline simcse cannot encode alike: a module other than
+            Transformer, Pooling and Normalize (``Dense``...), or Pooling modes with no simcse pooler (``max``,
+            ``weightedmean``, ``mean_sqrt_len_tokens``, several concatenated); the message names the module.
     """
     import json
     from pathlib import Path
+
+    from simcse.models.st_files import read_st_pipeline
 
     root = Path(folder)
     if not root.is_dir():
@@ -155,12 +162,12 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     if cfg.is_file():
         name = json.loads(cfg.read_text()).get("pooler_type")
         return (name, str(cfg)) if name else None
-    found = st_pooling_config(root)
-    if found is None:
+    pipeline = read_st_pipeline(root)
+    if pipeline is None:
         return None
-    pcfg, pcfg_file = found
-    name = {("mean",): "avg", ("cls",): "cls_before_pooler", ("lasttoken",): "last_token"}.get(st_pooling_modes(pcfg))
-    return (name, str(pcfg_file)) if name else None
+    if pipeline.pooler is None:
+        raise ValueError(pipeline.unsupported_pooling(folder))
+    return pipeline.pooler, pipeline.pooling_file
 
 
 # sentence-transformers' boolean keys (every release before 6) and the mode each one names in 6.x's ``pooling_mode``
@@ -191,29 +198,16 @@ def st_pooling_modes(pcfg: dict) -> tuple[str, ...]:
 
 
 def st_pooling_config(folder) -> tuple[dict, str] | None:
-    """``(1_Pooling/config.json as a dict, its path)`` of a local sentence-transformers folder whose pipeline is a
-    Transformer, a Pooling and optionally a Normalize module (``modules.json``), else None."""
-    import json
-    from pathlib import Path
+    """``(1_Pooling/config.json as a dict, its path)`` of a local sentence-transformers folder
+    (:func:`simcse.models.st_files.read_st_pipeline`), else None.
 
-    root = Path(folder)
-    modules_file = root / "modules.json"
-    try:
-        modules = json.loads(modules_file.read_text()) if modules_file.is_file() else None
-    except (ValueError, OSError):
-        return None
-    if not isinstance(modules, list):
-        return None
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
-    pooling = [m for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling")]
-    if len(pooling) != 1 or kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"}:
-        return None
-    pcfg_file = root / str(pooling[0].get("path", "1_Pooling")) / "config.json"
-    try:
-        pcfg = json.loads(pcfg_file.read_text())
-    except (ValueError, OSError):
-        return None
-    return (pcfg, str(pcfg_file)) if isinstance(pcfg, dict) else None
+    Raises:
+        ValueError: as :func:`simcse.models.st_files.read_st_pipeline`.
+    """
+    from simcse.models.st_files import read_st_pipeline
+
+    pipeline = read_st_pipeline(folder)
+    return (pipeline.pooling_config, pipeline.pooling_file) if pipeline is not None else None
 
 
 def pooler_to_use(folder, requested: str | None, option: str = "pooler",

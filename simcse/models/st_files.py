@@ -94,3 +94,123 @@ def write_sentence_transformers_files(model, folder: str | os.PathLike, max_seq_
     return supported
 
 ST_FILES = ("sentence_bert_config.json", "modules.json", "config_sentence_transformers.json", "1_Pooling", "2_Dense")
+
+
+# ------------------------------------------------------------------------------------------------ reading
+#: sentence-transformers pooling modes simcse encodes alike (a single mode), and its pooler for each
+ST_MODE_POOLERS = {"mean": "avg", "cls": "cls_before_pooler", "lasttoken": "last_token"}
+#: the module kinds (the class name in ``modules.json``'s ``type``) a folder without ``simcse_config.json`` may hold,
+#: in this order: the encoder, its pooling, optionally unit length
+ST_READ_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+class STPipeline:
+    """What a sentence-transformers folder's module pipeline does to a sentence, in simcse's terms.
+
+    Attributes:
+        pooler: the simcse pooler of its ``Pooling`` module (:data:`ST_MODE_POOLERS`), or None when its modes
+            have none (``max``, ``weightedmean``, ``mean_sqrt_len_tokens``, several modes concatenated).
+        modes: the Pooling modes as sentence-transformers 6 names them (``("mean",)``, ``("cls", "mean")``).
+        pooling_config: ``1_Pooling/config.json`` as a dict; ``pooling_file``: its path.
+        normalize: True when a ``Normalize`` module follows the pooling (unit vectors before any truncation).
+        truncate_dim: ``config_sentence_transformers.json``'s ``truncate_dim`` (None: full size).
+        prompts, default_prompt_name: its named prompts and the one encoding applies by default.
+    """
+
+    def __init__(self, pooler, modes, pooling_config, pooling_file, normalize, truncate_dim, prompts,
+                 default_prompt_name):
+        self.pooler, self.modes = pooler, modes
+        self.pooling_config, self.pooling_file = pooling_config, pooling_file
+        self.normalize, self.truncate_dim = normalize, truncate_dim
+        self.prompts, self.default_prompt_name = prompts, default_prompt_name
+
+    def unsupported_pooling(self, folder) -> str:
+        """The one-line reason a folder whose Pooling has no simcse pooler is refused (for the ValueError)."""
+        return (f"model folder {str(folder)!r}: its sentence-transformers module {self.pooling_file} pools with "
+                f"{'+'.join(self.modes)}, which simcse cannot encode alike (it reads "
+                f"{', '.join(ST_MODE_POOLERS)}); load it with sentence_transformers.SentenceTransformer, or pass a "
+                "pooler to start from its Transformer weights on purpose")
+
+
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{path} is not readable JSON ({e}); expected the {what} sentence-transformers writes") from None
+
+
+def read_st_pipeline(folder) -> STPipeline | None:
+    """The module pipeline of a local sentence-transformers folder (``modules.json``), read as
+    ``SentenceTransformer(folder)`` reads it; the one reader behind every surface that loads such a folder
+    (``SimCSE(folder)``, ``simcse evaluate``, training from it, :func:`simcse.models.pooling.recorded_pooler`).
+
+    None for a folder saved by simcse (``simcse_config.json``: its own record wins), a folder without
+    ``modules.json``, or anything that is not a local folder.
+
+    Raises:
+        ValueError: one line naming the module, when the pipeline holds a module simcse does not apply
+            (``Dense``, ``LayerNorm``, ``Router``, a second Pooling...: anything but Transformer, Pooling, and an
+            optional Normalize, in this order), or a ``modules.json`` / module config that is not JSON.
+    """
+    root = Path(folder) if isinstance(folder, (str, os.PathLike)) else None
+    if root is None or not root.is_dir() or (root / "simcse_config.json").is_file():
+        return None
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        return None
+    modules = _read_json(modules_file, "list of modules")
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ValueError(f"{modules_file} is not a list of modules; expected the modules.json sentence-transformers "
+                         "writes")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    for i, (kind, module) in enumerate(zip(kinds, modules)):
+        if i >= len(ST_READ_MODULES) or kind != ST_READ_MODULES[i]:
+            where = module.get("path") or "(the folder root)"
+            raise ValueError(
+                f"model folder {str(folder)!r}: its sentence-transformers module {i} {where} "
+                f"({module.get('type')}) is not applied by simcse, which encodes with Transformer, Pooling and an "
+                "optional Normalize only (its embeddings would differ from sentence-transformers'); load it with "
+                "sentence_transformers.SentenceTransformer")
+    if len(kinds) < 2:
+        raise ValueError(f"{modules_file} lists no Pooling module after the Transformer; expected the modules "
+                         "sentence-transformers writes (Transformer, Pooling[, Normalize])")
+    from simcse.models.pooling import st_pooling_modes
+
+    pooling_file = root / str(modules[1].get("path") or "1_Pooling") / "config.json"
+    pcfg = _read_json(pooling_file, "Pooling config")
+    if not isinstance(pcfg, dict):
+        raise ValueError(f"{pooling_file} is not a JSON object; expected the Pooling config sentence-transformers writes")
+    modes = st_pooling_modes(pcfg)
+    st_cfg_file = root / "config_sentence_transformers.json"
+    st_cfg = _read_json(st_cfg_file, "model config") if st_cfg_file.is_file() else {}
+    if not isinstance(st_cfg, dict):
+        raise ValueError(f"{st_cfg_file} is not a JSON object; expected the model config sentence-transformers writes")
+    truncate_dim = st_cfg.get("truncate_dim")
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                     or truncate_dim < 1):
+        raise ValueError(f"{st_cfg_file}: truncate_dim must be a positive integer, got {truncate_dim!r}")
+    return STPipeline(pooler=ST_MODE_POOLERS.get(modes[0]) if len(modes) == 1 else None, modes=modes,
+                      pooling_config=pcfg, pooling_file=str(pooling_file), normalize=kinds[2:] == ["Normalize"],
+                      truncate_dim=truncate_dim, prompts=dict(st_cfg.get("prompts") or {}),
+                      default_prompt_name=st_cfg.get("default_prompt_name"))
+
+
+def apply_st_pipeline(model, pipeline: STPipeline, folder) -> None:
+    """Give ``model`` (a :class:`simcse.SimCSEModel` just loaded from ``folder``) what the folder's pipeline does
+    after pooling, so :meth:`SimCSEModel.encode` gives sentence-transformers' embeddings: its ``Normalize`` module
+    (:attr:`pipeline_normalize`), its recorded ``truncate_dim`` and its prompts with the default one.
+
+    Raises:
+        ValueError: a recorded ``truncate_dim`` above the model's hidden size, or a ``default_prompt_name`` that
+            is not one of its prompts (each names ``config_sentence_transformers.json``).
+    """
+    from simcse.models.truncation import check_truncate_dim
+
+    where = f"{Path(folder) / 'config_sentence_transformers.json'}: truncate_dim"
+    model.truncate_dim = check_truncate_dim(pipeline.truncate_dim, model.hidden_size, where)
+    model.pipeline_normalize = pipeline.normalize
+    if pipeline.prompts or pipeline.default_prompt_name is not None:
+        try:
+            model.set_prompts(pipeline.prompts, pipeline.default_prompt_name)
+        except ValueError as e:
+            raise ValueError(f"{Path(folder) / 'config_sentence_transformers.json'}: {e}") from None

@@ -140,7 +140,8 @@ class SimCSE(_Exports, IndexLifecycle):
             "simcse_int8.onnx"`` picks the int8 model and ``num_threads`` sets onnxruntime's threads.
         truncate_dim: (keyword-only) keep the first ``truncate_dim`` coordinates of every embedding (sentence-
             transformers' option, :mod:`simcse.models.truncation`; normalised after the cut): encode, similarity,
-            :attr:`hidden_size` and the index (refused when built at another size) use it. Default: full size.
+            :attr:`hidden_size` and the index (refused when built at another size) use it. Default: the size a
+            sentence-transformers folder records (its ``truncate_dim``), else full size.
         model_kwargs: (keyword-only) :meth:`SimCSEModel.from_pretrained` options, :data:`MODEL_KWARGS`
             (``mlp_only_train``, ``dtype``, ``attn_implementation``, ``trust_remote_code``...); for
             ``backend="onnx"`` the :class:`~simcse.interop.onnx.ONNXEncoder` options.
@@ -177,6 +178,8 @@ class SimCSE(_Exports, IndexLifecycle):
             self.model_name_or_path = str(model_name_or_path)
         if self.model.tokenizer is None:
             raise ValueError("the model has no tokenizer; SimCSE needs one to encode text")
+        if truncate_dim is None:  # the size a sentence-transformers folder records (SimCSEModel.truncate_dim)
+            truncate_dim = getattr(self.model, "truncate_dim", None)
         self.truncate_dim = check_truncate_dim(truncate_dim, self.model.hidden_size, "truncate_dim")
         self.model.to(self.device)
         self.model.eval()
@@ -309,7 +312,7 @@ class SimCSE(_Exports, IndexLifecycle):
             show_progress = len(items) > 10 * batch_size and sys.stderr.isatty()
         emb = self.model.encode(items, batch_size=batch_size, max_length=max_length, device=self.device,
                                 show_progress=show_progress, normalize=False, dtype=dtype, prompt=prompt,
-                                prompt_name=prompt_name)
+                                prompt_name=prompt_name, truncate_dim=self.model.hidden_size)  # full; cut below
         emb = truncate_embeddings(emb, self.truncate_dim, normalize=normalize_to_unit)
         if single and not keepdim:
             emb = emb[0]

@@ -181,6 +181,11 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         if data_args.streaming:
             _check_streaming(model_args, training_args)
         _check_fsdp_device(training_args)
+        if training_args.resume_from_checkpoint is True:  # HF's "the newest checkpoint": the same checks as a path
+            from simcse.training.checkpoints import newest_checkpoint
+
+            training_args = with_values(training_args,
+                                        resume_from_checkpoint=newest_checkpoint(training_args.output_dir))
         if isinstance(training_args.resume_from_checkpoint, str) and os.path.isdir(training_args.resume_from_checkpoint):
             from simcse.training.checkpoints import check_resume_objective
 
@@ -304,11 +309,12 @@ def _objective(model_args, tok):
 
 
 def _objective_config(model_args) -> dict:
-    """The run's objective's ``get_config_dict()``, built without the model (random state untouched)."""
+    """The run's objective's recorded ``--loss_args`` (``recorded_loss_args()``), built without the model (random
+    state untouched)."""
     import torch
 
     with torch.random.fork_rng(devices=[]):
-        return _objective(model_args, None).get_config_dict()
+        return _objective(model_args, None).recorded_loss_args()
 
 
 def _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command=None):

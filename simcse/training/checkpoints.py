@@ -35,7 +35,7 @@ def check_resume_objective(checkpoint, loss: str, world: int = 1, config: dict |
     it (:data:`OBJECTIVE_RECORD_NAME`; a checkpoint without the record is not checked): its optimizer state,
     objective state and schedule belong to that objective; or on another number of processes (``world``) than
     wrote its per-process objective state (a queue), or with other arguments of the same objective (``config``: the
-    run's objective's ``get_config_dict()``; a resumed optimizer keeps the old groups' rates and the old state, so
+    run's objective's ``recorded_loss_args()``; a resumed optimizer keeps the old groups' rates and the old state, so
     changed arguments would be half applied). ``loss``: the registry name the run trains with.
 
     Raises:
@@ -70,6 +70,22 @@ def check_resume_objective(checkpoint, loss: str, world: int = 1, config: dict |
     if n and n != max(1, world):
         raise ValueError(f"--resume_from_checkpoint {str(checkpoint)!r} holds --loss {now}'s per-process state (e.g. a "
                          f"queue) of {n} process(es), and this run has {max(1, world)}: resume with {n} process(es)")
+
+
+def newest_checkpoint(output_dir) -> str:
+    """The checkpoint ``resume_from_checkpoint=True`` means (HF's ``get_last_checkpoint(output_dir)``), as a path,
+    so the run is checked like one given by its path (:func:`check_resume_objective`).
+
+    Raises:
+        ValueError: ``output_dir`` holds no ``checkpoint-N`` folder (one line naming it).
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(output_dir)) if os.path.isdir(str(output_dir)) else None
+    if found is None:
+        raise ValueError(f"resume_from_checkpoint=True: output_dir {str(output_dir)!r} holds no checkpoint-N folder "
+                         "to resume from; give a checkpoint's path, or train without resuming")
+    return found
 
 
 def _state_processes(folder: str) -> int:
@@ -209,7 +225,7 @@ class CheckpointHooks(Trainer):
                     import json
 
                     with open(os.path.join(staged, OBJECTIVE_RECORD_NAME), "w", encoding="utf-8") as f:
-                        json.dump({"loss": objective.name, "config": objective.get_config_dict()}, f, default=str)
+                        json.dump({"loss": objective.name, "config": objective.recorded_loss_args()}, f, default=str)
                 if self.run_command:  # loading an unfinished run's folder names it as the resume line
                     with open(os.path.join(staged, TRAIN_COMMAND_NAME), "w", encoding="utf-8") as f:
                         f.write(self.run_command + "\n")
@@ -262,12 +278,18 @@ class CheckpointHooks(Trainer):
         if not any(os.path.isfile(os.path.join(resume_from_checkpoint, f)) for f in ("optimizer.pt", "optimizer.bin")):
             logger.warning("%s has no optimizer state (saved with save_only_model?): the optimizer restarts from "
                            "scratch and the resumed run will differ from an uninterrupted one", resume_from_checkpoint)
-        model = model if model is not None else self.model
-        model.load_weights(resume_from_checkpoint)
-        head_file = os.path.join(resume_from_checkpoint, MLM_HEAD_NAME)
+        self._load_checkpoint_model(resume_from_checkpoint, model if model is not None else self.model)
+
+    def _load_checkpoint_model(self, folder: str, model) -> None:
+        """Everything a checkpoint holds of what trains: the model's weights, the ``--do_mlm`` head, and the
+        objective's state (a learned scale, a queue); one home for resuming and for the best model."""
+        model.load_weights(folder)
+        head_file = os.path.join(folder, MLM_HEAD_NAME)
         if getattr(model, "mlm_head", None) is not None and os.path.isfile(head_file):
             model.mlm_head.load_state_dict(load_file(head_file), strict=False)  # tied decoder weight: the encoder's
-        self._load_objective_state(resume_from_checkpoint)
+        self._load_objective_state(folder)
 
     def _load_best_model(self) -> None:
-        self.accelerator.unwrap_model(self.model).load_weights(self.state.best_model_checkpoint)
+        """``load_best_model_at_end``: the best checkpoint's weights and the objective's learned state of that
+        step, so the folder and its record (``loss_learned``) hold one step's model."""
+        self._load_checkpoint_model(self.state.best_model_checkpoint, self.accelerator.unwrap_model(self.model))

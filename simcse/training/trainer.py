@@ -39,6 +39,25 @@ from simcse.training.sources import StreamingHooks
 logger = logging.getLogger(__name__)
 
 
+def keep_objective_buffers_per_process(model, objective) -> None:
+    """Exclude the objective's buffers from DDP's buffer broadcast, unless it declares ``shared_buffers``.
+
+    DDP (``broadcast_buffers``, on by default) copies rank 0's buffers to every process at each forward; for an
+    objective's buffers (a running count, a BatchNorm head's statistics) that would overwrite each process's own
+    state, which its checkpoint saves per process. So they are per process: every process keeps what it computed
+    (``_ddp_params_and_buffers_to_ignore`` names them; the encoder's buffers and every parameter are synchronised
+    as before). An objective whose buffers must be equal on every process declares ``shared_buffers = True`` and
+    gets DDP's broadcast: rank 0's values at every forward."""
+    if getattr(objective, "shared_buffers", False):
+        return
+    from torch.nn.parallel import DistributedDataParallel
+
+    names = [f"objective.{n}" for n, _ in objective.named_buffers()]
+    if names:
+        earlier = list(getattr(model, "_ddp_params_and_buffers_to_ignore", []))
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, earlier + names)
+
+
 class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHooks):
     """HF Trainer for SimCSE (paper Section 3-4).
 
@@ -101,6 +120,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
             from simcse.training.objectives.compose import simcse_objective
 
             objective = simcse_objective(temp=temp, hard_negative_alpha=hard_negative_alpha,
+                                         hard_negative_given=hard_negative_alpha != 1.0,  # InfoNCE's own default
                                          fixed_dropout=fixed_dropout, mlm_weight=mlm_weight, mlm_masker=mlm_masker)
         from simcse.training.objectives import Objective
 
@@ -112,6 +132,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
         if model is not None:
             objective.setup(model, kwargs.get("args", args[1] if len(args) > 1 else None))
             model.add_module("objective", objective)  # trained, moved and wrapped (DDP) with the model
+            keep_objective_buffers_per_process(model, objective)
         self._default_ddp_find_unused(model, kwargs.get("args", args[1] if len(args) > 1 else None), mlm_weight)
         super().__init__(*args, **kwargs)
         self.objective = objective

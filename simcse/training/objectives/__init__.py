@@ -53,8 +53,9 @@ def get_objective(name: str) -> type[Objective]:
     ``package.module:ClassName`` (imported, checked and registered under that spec).
 
     Raises:
-        ValueError: ``name`` is none of these (the message lists the valid names and the spec form), or a spec
-            whose module cannot be imported or whose attribute is not an :class:`Objective` subclass.
+        ValueError: ``name`` is none of these (the message lists the valid names and the spec form), a spec
+            whose module cannot be imported or whose attribute is not an :class:`Objective` subclass, or an entry
+            point that cannot be loaded (the message names ``--loss``, the entry point and the error).
     """
     _load_builtins()
     if name in OBJECTIVES:
@@ -63,7 +64,15 @@ def get_objective(name: str) -> type[Objective]:
         return _import_spec(name)
     found = _entry_points().get(name)
     if found is not None:
-        cls = _check_class(found.load(), f"the entry point {name!r} ({found.value}, group {ENTRY_POINT_GROUP})")
+        where = f"the entry point {name!r} ({found.value}, group {ENTRY_POINT_GROUP})"
+        try:
+            loaded = found.load()
+        except Exception as e:  # an installed package's import failing in any way: said as the option's error
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ValueError(f"--loss {name}: {where} cannot be loaded ({type(e).__name__}: {first}); fix or "
+                             "reinstall the package that declares it, or name the class as package.module:ClassName"
+                             ) from None
+        cls = _check_class(loaded, where)
         OBJECTIVES[name] = cls
         return cls
     raise ValueError(f"unknown --loss {name!r}; expected one of {sorted(set(OBJECTIVES) | set(_entry_points()))}, "
@@ -88,7 +97,7 @@ def _import_spec(spec: str) -> type[Objective]:
         raise ValueError(f"--loss {spec!r}: expected package.module:ClassName")
     try:
         obj = importlib.import_module(module_name)
-    except ImportError as e:
+    except Exception as e:  # ImportError, or any error the module raises while importing
         raise ValueError(f"--loss {spec!r}: cannot import {module_name!r} ({e}); is it installed or on PYTHONPATH?") from None
     for part in qualname.split("."):
         if not hasattr(obj, part):

@@ -196,6 +196,9 @@ class Objective(nn.Module):
             (``--do_mlm``) refuse.
         supports_lora: the objective trains with LoRA adapters (``--lora_r``); False is refused at setup (ESimCSE's
             momentum encoder is a copy of the whole backbone, frozen base included, in every checkpoint).
+        shared_buffers: with several processes, the objective's buffers are per process by default (each keeps its
+            own, as its checkpoint state is saved per process); True makes them shared: DDP copies rank 0's to
+            every process at each forward (:func:`simcse.training.trainer.keep_objective_buffers_per_process`).
 
     Wrappers (:class:`ObjectiveWrapper`: ``--loss matryoshka``/``adaptive_layer``/``2d_matryoshka``,
     ``--fixed_dropout``, ``--do_mlm``) call the inner objective's :meth:`prepare_batch`, :meth:`embed`,
@@ -265,6 +268,7 @@ class Objective(nn.Module):
     repeatable_loss: ClassVar[bool] = True
     supports_lora: ClassVar[bool] = True
     uses_embeddings: ClassVar[bool] = True
+    shared_buffers: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ lifecycle
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> Mapping[str, torch.Tensor]:
@@ -310,9 +314,25 @@ class Objective(nn.Module):
 
     def get_config_dict(self) -> dict:
         """The hyperparameters this objective was built with (JSON-able): by default the constructor's arguments as
-        called, defaults filled in (a value JSON cannot hold, such as a module or a function, is given by its
-        ``repr``). Override it to record something else."""
+        called, defaults filled in (a function or class is given as ``"module:qualname"``, any other value JSON
+        cannot hold by its ``repr``). Override it to record something else."""
+        return self.constructor_arguments()
+
+    def constructor_arguments(self) -> dict:
+        """The arguments the outermost constructor was called with (``inspect.signature(...).bind``), defaults
+        applied, as JSON values (:func:`_jsonable`): what rebuilds this objective as ``--loss_args``."""
         return {k: _jsonable(v) for k, v in self.__dict__.get("_init_arguments", {}).items()}
+
+    def recorded_loss_args(self) -> dict:
+        """The ``--loss_args`` recorded for this objective (model card, ``simcse_training_args.json``, each
+        checkpoint's ``simcse_objective.json`` that a resume is compared with): :meth:`get_config_dict` when the
+        objective's own class defines it (or a wrapper's), else the constructor's bound arguments
+        (:meth:`constructor_arguments`). So a subclass that adds an argument without its own
+        ``get_config_dict`` is recorded with its argument, not with its parent's config alone."""
+        owner = next(c for c in type(self).__mro__ if "get_config_dict" in c.__dict__)
+        if owner is type(self) or owner is Objective or isinstance(self, ObjectiveWrapper):
+            return self.get_config_dict()
+        return self.constructor_arguments()
 
     def parameter_groups(self) -> list[dict]:
         """Optimizer settings of the objective's own parameters, one dict per group: ``{"params": [names as in
@@ -328,13 +348,13 @@ class Objective(nn.Module):
 
     def describe(self) -> dict:
         """What a model card and ``simcse_training_args.json`` record of the objective: ``{"loss": name, "class":
-        "module:qualname", "loss_args": get_config_dict(), "learned": {name: value}, "citation": str or None}``;
+        "module:qualname", "loss_args": recorded_loss_args(), "learned": {name: value}, "citation": str or None}``;
         ``learned`` holds the objective's own trained scalars (one-element parameters, e.g. a learned temperature)
         at the time of the call, so the final folder keeps them when the checkpoints are removed."""
         cls = type(self)
         learned = {n: float(p.detach().float().reshape(())) for n, p in self.named_parameters() if p.numel() == 1}
         return {"loss": self.name or cls.__name__, "class": f"{cls.__module__}:{cls.__qualname__}",
-                "loss_args": self.get_config_dict(), "learned": learned, "citation": self.citation}
+                "loss_args": self.recorded_loss_args(), "learned": learned, "citation": self.citation}
 
     def extra_tokens(self, model: nn.Module, max_seq_length: int) -> int:
         """Declaration: the most tokens the objective adds to a row of ``max_seq_length`` tokens after the
@@ -374,10 +394,20 @@ class Objective(nn.Module):
 
 
 def _jsonable(value):
-    """``value`` when JSON holds it as it is (numbers, strings, booleans, None, lists and dicts of them), else its
-    ``repr``."""
+    """``value`` when JSON holds it as it is (numbers, strings, booleans, None, lists and dicts of them); a function
+    or class (sentence-transformers' ``similarity_fct=cos_sim``) as ``"module:qualname"``, the same in every
+    process, so two records of one run compare equal; anything else as its ``repr``."""
     import json
 
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if callable(value) and hasattr(value, "__qualname__") and hasattr(value, "__module__"):
+        return f"{value.__module__}:{value.__qualname__}"
+    if callable(value) and hasattr(getattr(value, "func", None), "__qualname__"):  # functools.partial
+        return {"partial": _jsonable(value.func), "args": _jsonable(list(value.args)),
+                "keywords": _jsonable(dict(value.keywords))}
     try:
         json.dumps(value, allow_nan=False)
         return value
@@ -408,7 +438,7 @@ class ObjectiveWrapper(Objective):
         self.inner = inner
         for attr in ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
                      "supports_gather", "supports_grad_cache", "needs_text", "dropout_views", "prefix_embeddings",
-                     "repeatable_loss", "supports_lora", "uses_embeddings"):
+                     "repeatable_loss", "supports_lora", "uses_embeddings", "shared_buffers"):
             if attr not in type(self).__dict__:  # a wrapper's own declaration wins
                 setattr(self, attr, getattr(inner, attr))
         if "name" not in type(self).__dict__:
@@ -433,7 +463,7 @@ class ObjectiveWrapper(Objective):
         self.inner.on_step_end(model, context)
 
     def get_config_dict(self):
-        return {"loss": self.inner.name, "loss_args": self.inner.get_config_dict()}
+        return {"loss": self.inner.name, "loss_args": self.inner.recorded_loss_args()}
 
     def parameter_groups(self) -> list[dict]:
         """The wrapped objective's groups (its names under ``inner.``), so a wrapped objective keeps its own

@@ -20,8 +20,8 @@ def simcse_objective(temp: float | None = None, hard_negative_alpha: float = 1.0
     :class:`~simcse.training.objectives.mlm.WithMLM` (``mlm_weight > 0``).
 
     ``temp`` and the hard-negative weight (the reference's ``--temp`` / ``--hard_negative_weight``, here as
-    ``hard_negative_alpha`` = exp(weight)) fill the objective's arguments of the same names unless ``loss_args``
-    sets them: ``temp``, ``hard_negative_alpha`` (multiplicative) and ``hard_negative_weight`` (added to the
+    ``hard_negative_alpha`` = exp(weight)), when the user gave them, fill the objective's arguments of the same
+    names unless ``loss_args`` sets them (an option not given leaves the objective's own default): ``temp``, ``hard_negative_alpha`` (multiplicative) and ``hard_negative_weight`` (added to the
     logit). A wrapper (``--loss matryoshka``...) passes them to the objective it wraps. ``hard_negative_given``:
     the user gave ``--hard_negative_weight``/``--hard_negative_alpha``, so an objective without either argument,
     or a ``loss_args`` value that differs, is refused instead of silently training with another weight. ``temp``
@@ -30,8 +30,9 @@ def simcse_objective(temp: float | None = None, hard_negative_alpha: float = 1.0
     Raises:
         ValueError: an unknown ``loss`` (lists the valid names), bad ``loss_args``, or a bad value.
     """
-    fills = {"hard_negative_alpha": hard_negative_alpha, **({} if temp is None else {"temp": temp})}
+    fills = {} if temp is None else {"temp": temp}  # an option fills an argument only when the user gave it
     if hard_negative_given:
+        fills["hard_negative_alpha"] = hard_negative_alpha
         fills["hard_negative_weight"] = math.log(hard_negative_alpha) if hard_negative_alpha > 0 else -math.inf
     args = _fill(loss, parse_loss_args(loss_args), fills, hard_negative_given)
     objective = build_objective(loss, args)
@@ -67,7 +68,7 @@ def _fill(name: str, args: dict, fills: dict, hard_negative_given: bool) -> dict
     if "temp" in fills and "temp" in params and "temp" in args and not _same(args["temp"], fills["temp"]):
         raise ValueError(f"--temp {fills['temp']:g} and --loss_args temp {args['temp']!r} disagree: give the temperature once")
     for key, value in fills.items():
-        if key in params and key not in args and (key != "hard_negative_weight" or hard_negative_given):
+        if key in params and key not in args:
             args[key] = value
     return args
 

@@ -143,7 +143,7 @@ class Matryoshka(ObjectiveWrapper):
         return out
 
     def get_config_dict(self) -> dict:
-        return {"loss": self.inner.name, "loss_args": self.inner.get_config_dict(),
+        return {"loss": self.inner.name, "loss_args": self.inner.recorded_loss_args(),
                 "matryoshka_dims": self.matryoshka_dims, "matryoshka_weights": self.matryoshka_weights,
                 "n_dims_per_step": self.n_dims_per_step}
 
@@ -233,7 +233,7 @@ class AdaptiveLayer(ObjectiveWrapper):
         return out
 
     def get_config_dict(self) -> dict:
-        return {"loss": self.inner.name, "loss_args": self.inner.get_config_dict(),
+        return {"loss": self.inner.name, "loss_args": self.inner.recorded_loss_args(),
                 "n_layers_per_step": self.n_layers_per_step, "last_layer_weight": self.last_layer_weight,
                 "prior_layers_weight": self.prior_layers_weight, "kl_div_weight": self.kl_div_weight,
                 "kl_temperature": self.kl_temperature, "layer_weighting": self.layer_weighting}
@@ -256,5 +256,5 @@ class Matryoshka2d(AdaptiveLayer):
                             kl_temperature, layer_weighting)
 
     def get_config_dict(self) -> dict:
-        inner = self.inner.get_config_dict()
+        inner = self.inner.recorded_loss_args()
         return {**super().get_config_dict(), **inner}
