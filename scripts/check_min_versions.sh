@@ -5,12 +5,8 @@
 # The floors come from setup.py's install_requires (">=X" -> "==X"); the test tools are installed under
 # those floors as constraints, so nothing upgrades a floor behind the check's back.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
 VENV=${MIN_VENV:-$(mktemp -d)/venv}
-[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
-. "$VENV/bin/activate"
-python -m pip install -q --upgrade pip
+. "$(dirname "$0")/fresh_venv.sh" "$VENV"
 FLOORS="$VENV/floors.txt"
 python - "$ROOT/setup.py" > "$FLOORS" <<'PY'
 import re, sys

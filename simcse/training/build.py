@@ -337,6 +337,7 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
             processing_class=model.tokenizer,
             objective=objective,
             eval_transfer=data_args.eval_transfer,
+            dev_mlp=model_args.dev_mlp,
             mlm_weight=model_args.mlm_weight if model_args.do_mlm else 0.0,
             senteval_dir=data_args.senteval_dir,
             eval_max_length=data_args.eval_max_length,

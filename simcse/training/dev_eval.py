@@ -4,6 +4,7 @@ and, with ``eval_transfer``, the 7 transfer tasks' dev accuracy.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from transformers import Trainer
@@ -50,9 +51,19 @@ class DevEvaluation(Trainer):
             what = "STS-B and SICK-R dev" + (f" and the {len(senteval.TRANSFER_TASKS)} transfer tasks (dev, 5-fold; "
                                              "each logs when done)" if self.eval_transfer else "")
             print(f"\n[simcse] evaluating at step {self.state.global_step}: {what}", flush=True)
-        scores = senteval.evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model logs and scores 0
-        if self.eval_transfer or (metric_key_prefix == "final" and self.final_eval_transfer):
-            scores.update(self._transfer_dev(encode, data_dir))
+        objective = getattr(self, "objective", None)
+        # the objective's checkpoint-selection encoding (its official run's) for the evaluations during training
+        # only: the one before training and the final one score the model as it encodes once saved, so the
+        # printed change compares like with like
+        selecting = objective is not None and metric_key_prefix == "eval" and self.state.global_step > 0
+        with contextlib.ExitStack() as stack:
+            if selecting:
+                stack.enter_context(objective.dev_encoding(model))
+                if getattr(self, "dev_mlp", False):
+                    stack.enter_context(_mlp_applied(model))
+            scores = senteval.evaluate_sts_dev(encode, data_dir, constant_score=0.0)  # a collapsed model scores 0
+            if self.eval_transfer or (metric_key_prefix == "final" and self.final_eval_transfer):
+                scores.update(self._transfer_dev(encode, data_dir))
         metrics = {f"{metric_key_prefix}_{k}": float(v) for k, v in scores.items()}
         metrics[f"{metric_key_prefix}_epoch"] = self.state.epoch or 0.0
         self.log(metrics)
@@ -66,3 +77,14 @@ class DevEvaluation(Trainer):
         res = senteval.evaluate(encode, list(senteval.TRANSFER_TASKS), data_dir=data_dir, mode="dev")
         accs = {task: float(res[task]["devacc"]) for task in senteval.TRANSFER_TASKS}
         return {**accs, "avg_transfer": sum(accs.values()) / len(accs)}
+
+
+@contextlib.contextmanager
+def _mlp_applied(model):
+    """Encode an ``mlp_only_train`` model with its MLP for the duration (``--dev_mlp``); restored on exit."""
+    before = model.mlp_only_train
+    model.mlp_only_train = False
+    try:
+        yield
+    finally:
+        model.mlp_only_train = before

@@ -69,6 +69,9 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
             ``--eval_transfer``).
         final_eval_transfer: the final evaluation (``metric_key_prefix="final"``) scores them too (the
             reference's ``--do_eval``).
+        dev_mlp: the evaluations during training (checkpoint selection) apply the ``cls`` MLP of an
+            ``mlp_only_train`` model (``--dev_mlp``, the official MixCSE run's selection); the saved model and the
+            final evaluation encode without it.
         run_command: the shell command of the run, written into each checkpoint (the resume line).
         stream_resume: a ``--streaming`` run resuming from this checkpoint (its random state is restored at the
             first step; :class:`simcse.training.sources.StreamingHooks`).
@@ -115,7 +118,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
                  gradient_cache_chunk_size: int | None = None, fixed_dropout: bool = False,
                  no_duplicates_rows=None, mlm_masker=None, eval_transfer: bool = False, merge_lora: bool = False,
                  final_eval_transfer: bool = False, run_command: str | None = None, stream_resume: str | None = None,
-                 **kwargs):
+                 dev_mlp: bool = False, **kwargs):
         if objective is None:  # the keyword arguments of the reference's trainer: InfoNCE with its ablations
             from simcse.training.objectives.compose import simcse_objective
 
@@ -138,6 +141,7 @@ class SimCSETrainer(ObjectiveHooks, StreamingHooks, DevEvaluation, CheckpointHoo
         self.objective = objective
         self.eval_transfer = bool(eval_transfer)
         self.final_eval_transfer = bool(final_eval_transfer)
+        self.dev_mlp = bool(dev_mlp)
         self.run_command = run_command
         self._stream_resume = stream_resume
         self.senteval_dir = senteval_dir

@@ -312,6 +312,15 @@ class Objective(nn.Module):
     def on_step_end(self, model: nn.Module, context: LossContext) -> None:
         """Called after every optimizer step (a momentum update, a queue push)."""
 
+    def dev_encoding(self, model: nn.Module):
+        """A context manager the dev evaluation inside training (checkpoint selection) encodes under, for an
+        objective whose official run selects checkpoints with another encoding than the saved model's (MixCSE's
+        MLP, PromptBERT's template denoising). ``model`` is the unwrapped model; the context must restore it on
+        exit. Default: no change (the saved model's own encoding)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def get_config_dict(self) -> dict:
         """The hyperparameters this objective was built with (JSON-able): by default the constructor's arguments as
         called, defaults filled in (a function or class is given as ``"module:qualname"``, any other value JSON
@@ -461,6 +470,9 @@ class ObjectiveWrapper(Objective):
 
     def on_step_end(self, model, context):
         self.inner.on_step_end(model, context)
+
+    def dev_encoding(self, model):
+        return self.inner.dev_encoding(model)
 
     def get_config_dict(self):
         return {"loss": self.inner.name, "loss_args": self.inner.recorded_loss_args()}

@@ -17,7 +17,7 @@ import math
 import torch
 
 from simcse.models.pooling import PROMPT_POOLERS
-from simcse.models.prompt import PromptConfig, parse_template
+from simcse.models.prompt import DENOISE_POSITIONS, PromptConfig, parse_template
 from simcse.training.losses import info_nce
 from simcse.training.objectives import register_objective
 from simcse.training.objectives.base import LossContext, Objective
@@ -39,6 +39,13 @@ class PromptBERT(Objective):
         temp: softmax temperature (official ``--temp 0.05``).
         denoise: template denoising in training (official ``--mask_embedding_sentence_delta``).
         denoise_at_inference: also when encoding (the official supervised evaluation does; unsupervised not).
+        denoise_at_dev: in the dev evaluations during training, which select the checkpoint (official
+            ``sentemb_forward``: with ``--mask_embedding_sentence_delta`` the dev encoding subtracts the first
+            template's delta unless ``--mask_embedding_sentence_delta_no_delta_eval``); None: as ``denoise``. The
+            saved model encodes as ``denoise_at_inference`` says whatever this is.
+        denoise_positions: ``"first_template"`` (official ``get_delta``: both templates' template-only rows shift
+            their positions from the *first* template's prefix length) or ``"own_template"`` (each from its own;
+            see :class:`simcse.models.prompt.PromptConfig`).
         hard_negative_weight: additive logit of the hard negative (view 2; official ``--hard_negative_weight``).
 
     Embeddings (B, V, H) come from the ``prompt_mask`` model; the loss is a float32 scalar.
@@ -53,7 +60,8 @@ class PromptBERT(Objective):
 
     def __init__(self, template: str = OFFICIAL_BERT_TEMPLATE, template2: str | None = OFFICIAL_BERT_TEMPLATE2,
                  temp: float = 0.05, denoise: bool = True, denoise_at_inference: bool = False,
-                 hard_negative_weight: float = 0.0):
+                 hard_negative_weight: float = 0.0, denoise_at_dev: bool | None = None,
+                 denoise_positions: str = "first_template"):
         super().__init__()
         for key, value in (("template", template), ("template2", template2)):
             if value is not None:
@@ -65,17 +73,40 @@ class PromptBERT(Objective):
             raise ValueError(f"--loss_args temp must be a positive number, got {temp!r}")
         if not isinstance(hard_negative_weight, (int, float)) or not math.isfinite(hard_negative_weight):
             raise ValueError(f"--loss_args hard_negative_weight must be a finite number, got {hard_negative_weight!r}")
-        for key, value in (("denoise", denoise), ("denoise_at_inference", denoise_at_inference)):
+        for key, value in (("denoise", denoise), ("denoise_at_inference", denoise_at_inference),
+                           ("denoise_at_dev", denoise if denoise_at_dev is None else denoise_at_dev)):
             if not isinstance(value, bool):
                 raise ValueError(f"--loss_args {key} must be true or false, got {value!r}")
+        if denoise_positions not in DENOISE_POSITIONS:
+            raise ValueError(f"--loss_args denoise_positions must be one of {list(DENOISE_POSITIONS)}, "
+                             f"got {denoise_positions!r}")
         self.template, self.template2 = template, template2
         self.temp, self.denoise, self.denoise_at_inference = float(temp), denoise, denoise_at_inference
+        self.denoise_at_dev = denoise if denoise_at_dev is None else denoise_at_dev
+        self.denoise_positions = denoise_positions
         self.hard_negative_weight = float(hard_negative_weight)
 
     def prompt_config(self) -> PromptConfig:
         """The :class:`~simcse.models.prompt.PromptConfig` this objective puts on the model."""
         templates = (self.template,) if self.template2 is None else (self.template, self.template2)
-        return PromptConfig(templates, self.denoise, self.denoise_at_inference)
+        return PromptConfig(templates, self.denoise, self.denoise_at_inference, self.denoise_positions)
+
+    def dev_encoding(self, model):
+        """Dev evaluations during training encode with the first template's delta subtracted when
+        ``denoise_at_dev`` (the official run's checkpoint selection); the model's prompt is restored on exit."""
+        import contextlib
+        import dataclasses
+
+        @contextlib.contextmanager
+        def denoised():
+            saved = model.prompt
+            model.prompt = dataclasses.replace(saved, denoise_at_inference=self.denoise_at_dev)
+            try:
+                yield
+            finally:
+                model.prompt = saved
+
+        return denoised() if getattr(model, "prompt", None) is not None else contextlib.nullcontext()
 
     def setup(self, model, args) -> None:
         """Put the templates on the model.
@@ -106,4 +137,5 @@ class PromptBERT(Objective):
 
     def get_config_dict(self) -> dict:
         return {"template": self.template, "template2": self.template2, "temp": self.temp, "denoise": self.denoise,
-                "denoise_at_inference": self.denoise_at_inference, "hard_negative_weight": self.hard_negative_weight}
+                "denoise_at_inference": self.denoise_at_inference, "hard_negative_weight": self.hard_negative_weight,
+                "denoise_at_dev": self.denoise_at_dev, "denoise_positions": self.denoise_positions}

@@ -20,6 +20,9 @@ from simcse.training.objectives.base import LossContext
 # official notation, over the tiny vocabulary (" and : are [UNK] there, as any out-of-vocabulary word)
 T1 = '*cls*_the_man_of_"*sent_0*"_is*mask*.*sep+*'
 T2 = '*cls*_a_dog_:_"*sent_0*"_is*mask*.*sep+*'
+# a second template whose prefix is one token shorter than T1's: the official rule (every template's template-only
+# rows shifted from T1's prefix length) and a per-template rule differ only with such a pair
+T2_SHORT = '*cls*_a_dog_"*sent_0*"_is*mask*.*sep+*'
 TEMP = 0.05
 
 
@@ -45,10 +48,12 @@ def _official_batch(tok, sentences, t1, t2, max_seq_length=32):
     return input_ids, mask
 
 
-def _official_delta(encoder, tok, template, mask_id, length=50):
-    """cl_forward.get_delta: the bare template repeated ``length`` times, suffix positions shifted by the row."""
+def _official_delta(encoder, tok, template, mask_id, first_template, length=50):
+    """cl_forward.get_delta: the bare template repeated ``length`` times, positions from ``len(cls.bs) + 1`` on
+    shifted by the row. ``cls.bs`` is set once in train.py L783 from ``--mask_embedding_sentence_template`` (the
+    first template) and used for both templates' deltas."""
     bs, es = _official_split(template, tok)
-    n_bs = len(tok.encode(bs, add_special_tokens=False))
+    n_bs = len(tok.encode(_official_split(first_template, tok)[0], add_special_tokens=False))  # len(cls.bs)
     tokens = tok.encode(bs + es)
     d_ids = torch.tensor([tokens]).repeat(length, 1)
     d_pos = torch.arange(d_ids.shape[1]).unsqueeze(0).repeat(length, 1)
@@ -63,8 +68,8 @@ def _official_delta(encoder, tok, template, mask_id, length=50):
 
 def _official_loss(encoder, mlp, tok, sentences, t1, t2, temp, denoise=True):
     mask_id = tok.mask_token_id
-    delta, tlen = _official_delta(encoder, tok, t1, mask_id)
-    delta1, tlen1 = _official_delta(encoder, tok, t2, mask_id)
+    delta, tlen = _official_delta(encoder, tok, t1, mask_id, t1)
+    delta1, tlen1 = _official_delta(encoder, tok, t2, mask_id, t1)
     if not denoise:  # without --mask_embedding_sentence_delta (a negative control)
         delta, delta1 = torch.zeros_like(delta), torch.zeros_like(delta1)
     input_ids, attention_mask = _official_batch(tok, sentences, t1, t2)
@@ -117,12 +122,13 @@ def _reference(model):
     return ref, mlp
 
 
+@pytest.mark.parametrize("t2", [T2, T2_SHORT], ids=["equal-prefixes", "shorter-second-prefix"])
 @pytest.mark.parametrize("unpadded", [False, True])
-def test_promptbert_equals_official_forward(tiny, unpadded):
-    model, loss = _ours(tiny, {"template": T1, "template2": T2, "temp": TEMP}, unpadded=unpadded)
+def test_promptbert_equals_official_forward(tiny, unpadded, t2):
+    model, loss = _ours(tiny, {"template": T1, "template2": t2, "temp": TEMP}, unpadded=unpadded)
     loss.backward()
     ref, mlp = _reference(model)
-    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, T2, TEMP)
+    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, t2, TEMP)
     ref_loss.backward()
     assert abs(ref_loss.item() - math.log(len(SENTENCES))) > 0.1  # not degenerate (every cosine equal: ln 12)
     assert abs(loss.item() - ref_loss.item()) < 1e-6
@@ -136,12 +142,21 @@ def test_promptbert_equals_official_forward(tiny, unpadded):
     assert (model.mlp.dense.weight.grad - mlp[0].weight.grad).norm() <= 2e-5 * mlp[0].weight.grad.norm()
 
 
-@pytest.mark.parametrize("changed", [{"template2": T1}, {"template": T2}, {"temp": 0.1}, {"denoise": False}])
+@pytest.mark.parametrize("changed", [{"template2": T1}, {"template": T2_SHORT}, {"temp": 0.1}, {"denoise": False},
+                                     {"denoise_positions": "own_template"}])
 def test_a_changed_hyperparameter_changes_the_loss(tiny, changed):
-    model, loss = _ours(tiny, {"template": T1, "template2": T2, "temp": TEMP, **changed})
+    model, loss = _ours(tiny, {"template": T1, "template2": T2_SHORT, "temp": TEMP, **changed})
     ref, mlp = _reference(model)
-    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, T2, TEMP)
+    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, T2_SHORT, TEMP)
     assert abs(loss.item() - ref_loss.item()) > 1e-4, changed
+
+
+def test_the_prefixes_differ_in_length(tiny):
+    """The unequal-prefix case is real on the test's tokenizer (else the official-rule test could not fail)."""
+    from simcse.models.prompt import BoundPrompt
+
+    tok = SimCSEModel.from_pretrained(str(tiny), pooler_type="prompt_mask").tokenizer
+    assert len(BoundPrompt.bind(T2_SHORT, tok).prefix) == len(BoundPrompt.bind(T1, tok).prefix) - 1
 
 
 def test_setup_refuses_another_pooler(tiny):
