@@ -30,7 +30,8 @@ from pathlib import Path
 from simcse.experiments.spec import SAVE_SIGNALS, Run, first_difference, write_json_atomic
 
 EXIT_PREEMPTED = 75  # simcse train's status after saving a checkpoint on a signal
-STEP = re.compile(r"(\d+)/(\d+) \[")
+# the trainer's progress bar ("  5%|▌     | 2/40 [00:00<..."), not a labelled one ("Filter: 100%|...| 64/64 [")
+STEP = re.compile(r"(?:^|[\r\n])\s*\d+%\|[^|\r\n]*\| (\d+)/(\d+) \[")
 # the child processes of the runs being executed in this process, by thread (a signal to the runner or a Slurm
 # task's checkpoint() asks them to save a checkpoint)
 CURRENT: dict = {}

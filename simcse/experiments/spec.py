@@ -9,8 +9,7 @@ A spec is a JSON object (``configs/experiments/*.json``, or any file)::
       "arms": {
         "simcse": {},                             # simcse train options over base + options ({} = the base itself)
         "p0.0": {"config": "ablations/table3_p0.0", "_label": "p = 0.0"},   # another config as this arm's base
-        "start": {"kind": "untrained"},           # the starting model, scored without training
-        "st": {"kind": "sentence_transformers", "loss": "cosent", "train_file": "stsb_train"}
+        "start": {"kind": "untrained"}            # the starting model, scored without training
       },
       "baseline": "simcse",
       "evaluation": {"tasks": ["STSBenchmark", "SICKRelatedness"], "split": "test", "bootstrap": 1000}
@@ -21,9 +20,8 @@ Keys starting with ``_`` are comments (``_comment``) or, in an arm, metadata sho
 it (e.g. ``"global_batch_size": null`` drops the base's global batch). The runner owns ``output_dir``, ``seed``,
 ``save_on_signal`` and ``resume_from_checkpoint``; an arm that sets one is refused.
 
-Arm kinds: ``simcse`` (default; one ``simcse train`` process), ``untrained`` (the base's model and pooler, scored
-as it is: the starting point of a gain) and ``sentence_transformers`` (the same data and budget through
-sentence-transformers' own trainer, :mod:`simcse.experiments.st_train`; its options are that module's).
+Arm kinds: ``simcse`` (default; one ``simcse train`` process) and ``untrained`` (the base's model and pooler,
+scored as it is: the starting point of a gain).
 
 :func:`load_spec` checks everything it can before any run: the keys, the seeds (integers, no duplicate), the
 baseline (an arm), each arm's options against the ``simcse train`` parser (an unknown option named with its arm),
@@ -41,7 +39,7 @@ from pathlib import Path
 
 from simcse.files.storage import write_text_atomic
 
-KINDS = ("simcse", "untrained", "sentence_transformers")
+KINDS = ("simcse", "untrained")
 RUNNER_OPTIONS = ("output_dir", "seed", "save_on_signal", "resume_from_checkpoint", "overwrite_output_dir")
 SPEC_KEYS = {"base", "options", "seeds", "arms", "baseline", "evaluation", "name", "description"}
 # signals a run saves a checkpoint on: TERM (kill, Slurm's preemption), USR1 (the runner's own request) and USR2
