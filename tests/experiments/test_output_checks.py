@@ -10,6 +10,9 @@ from experiment_world import tiny_world, write_spec  # noqa: F401  (fixture)
 from simcse.experiments import main
 
 
+# The runner today raises FileExistsError / NotADirectoryError from out.mkdir (before any run, but as a
+# traceback): strict, so this fails as soon as the runner checks its --output_dir, and the mark comes off then.
+@pytest.mark.xfail(strict=True, reason="simcse.experiments.run_experiment does not yet check --output_dir in one line")
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_an_output_dir_that_cannot_be_a_folder_is_one_line_before_any_run(tmp_path, tiny_world, capsys, where):
     spec = write_spec(tmp_path, tiny_world)
