@@ -12,6 +12,7 @@
     simcse train    [--config unsup_bert_base] ...   # simcse.training.train.main; --list_configs lists packaged configs
     simcse evaluate --model_name_or_path M [--pooler cls] [--mode test] [--task_set sts]   # simcse.evaluation.cli
     simcse download wiki|nli|senteval|all [--dest PATH]   # honours $SIMCSE_DATA_MIRROR (simcse.files.download)
+    simcse experiment run SPEC --output_dir DIR [--executor local|slurm]; simcse experiment report DIR
 
 ``python -m simcse ...`` is the same command.
 
@@ -31,7 +32,8 @@ Problems with the inputs end the command with ``error: ...`` on stderr and exit 
 
 This module parses and dispatches only; each command lives in its wing: :mod:`simcse.retrieval.commands`
 (encode, index, search), :mod:`simcse.interop.commands` (export, convert), :mod:`simcse.serving.serve`,
-:mod:`simcse.training.train`, :mod:`simcse.evaluation.cli` and :mod:`simcse.files.download`.
+:mod:`simcse.training.train`, :mod:`simcse.evaluation.cli`, :mod:`simcse.files.download` and
+:mod:`simcse.experiments.experiment`.
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simcse", description="SimCSE sentence embeddings: encode, index, search, "
                                 "serve, export, convert, train, evaluate, download.")
     sub = p.add_subparsers(dest="command",
-                           metavar="{encode,index,search,serve,export,convert,train,evaluate,download}")
+                           metavar="{encode,index,search,serve,export,convert,train,evaluate,download,experiment}")
 
     e = sub.add_parser("encode", help="embed the lines of a text file into a .npy array")
     _add_model_args(e)
@@ -193,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("train", help="train ('simcse train --help'; --config NAME for a packaged config)", add_help=False)
     sub.add_parser("evaluate", help="SentEval STS/transfer evaluation ('simcse evaluate --help')", add_help=False)
     sub.add_parser("download", help="get wiki, nli or senteval data ('simcse download --help')", add_help=False)
+    sub.add_parser("experiment", help="arms x seeds of training runs, here or on Slurm, with a report over seeds "
+                   "('simcse experiment --help')", add_help=False)
     p.sub_commands = sub.choices  # name -> its parser: errors about its arguments are its own (main)
     return p
 
@@ -223,8 +227,14 @@ def cmd_serve(args) -> int:
     return run(args)
 
 
+def cmd_experiment(argv: list[str]) -> int:
+    from simcse.experiments.experiment import main as experiment_main
+
+    return experiment_main(argv)
+
+
 # commands that parse their own arguments (and --help): everything after the name is handed over
-PASS_THROUGH = {"train": cmd_train, "evaluate": cmd_evaluate, "download": cmd_download}
+PASS_THROUGH = {"train": cmd_train, "evaluate": cmd_evaluate, "download": cmd_download, "experiment": cmd_experiment}
 COMMANDS = {"encode": cmd_encode, "index": cmd_index, "search": cmd_search, "serve": cmd_serve, "export": cmd_export,
             "convert": cmd_convert}
 

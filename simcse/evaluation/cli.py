@@ -211,6 +211,7 @@ def main(argv=None) -> dict:
     if args.compare_to:  # loaded before this model is evaluated: a bad folder fails at once
         try:
             other = load_compare_model(args, device)
+            other_scores = compare_scores(args, tasks, data_dir, other, device)  # a collapsed model fails here
         except ValueError as e:
             sys.exit(f"error: {e}")
     cache: dict[tuple, object] = {}
@@ -241,13 +242,15 @@ def main(argv=None) -> dict:
                                    sts_splits="all" if args.sts_all_splits else None, kfold=args.kfold,
                                    seed=args.seed, n_jobs=args.n_jobs, classifier=args.classifier,
                                    bootstrap=args.bootstrap, bootstrap_seed=args.bootstrap_seed)
-        comparison = compare_to(args, tasks, data_dir, encode_full, other, device) if other is not None else None
+        comparison = compare_to(args, tasks, data_dir, encode_full, other_scores) if other is not None else None
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     results = by_dim[dims[0]]
     seconds = time.perf_counter() - t0
+    intervals_by_dim = {d: table_intervals(r, args.mode) for d, r in by_dim.items()} if args.bootstrap else None
     if len(dims) > 1:
-        print(format_dims_table({d: table_values(r, args.mode) for d, r in by_dim.items()}, args.mode))
+        print(format_dims_table({d: table_values(r, args.mode) for d, r in by_dim.items()}, args.mode,
+                                intervals=intervals_by_dim))
     else:
         if dims[0] is not None:
             print(f"truncate_dim {dims[0]} (of {model.hidden_size})")
@@ -278,6 +281,8 @@ def main(argv=None) -> dict:
         if args.bootstrap:
             out["bootstrap"] = {"resamples": args.bootstrap, "seed": args.bootstrap_seed, "confidence": 0.95,
                                 "intervals": table_intervals(results, args.mode)}
+            if len(dims) > 1:  # every size's intervals, as tables_by_dim holds every size's values
+                out["bootstrap"]["intervals_by_dim"] = {str(d): ci for d, ci in intervals_by_dim.items()}
         if comparison is not None:
             out["comparison"] = {"other_model": args.compare_to, "resamples": args.bootstrap or 1000,
                                  "seed": args.bootstrap_seed, "tasks": comparison_rows(comparison, args.mode)}
@@ -319,7 +324,8 @@ def check_bootstrap_options(args, tasks: list[str]) -> None:
 
 
 def load_compare_model(args, device):
-    """``--compare_to``'s model, with the pooler its folder records; prints its pooler line.
+    """``--compare_to``'s model, with the pooler its folder records (a folder that records none: ``--pooler`` when
+    given, as this run's model is encoded, else the loader's default); prints its pooler line.
 
     Raises:
         ValueError: it cannot be loaded (names ``--compare_to``).
@@ -327,13 +333,18 @@ def load_compare_model(args, device):
     from simcse.models.modeling import SimCSEModel
     from simcse.models.pooling import pooler_to_use
 
+    from simcse.models.pooling import recorded_pooler
+
     try:
-        pooler_type, recorded = pooler_to_use(args.compare_to, None, option="--pooler")
+        recorded = recorded_pooler(args.compare_to)
+        # its own recorded pooler; a folder that records none is encoded with --pooler, as this run's model
+        asked = None if recorded is not None else args.pooler
+        pooler_type, recorded = pooler_to_use(args.compare_to, asked, option="--pooler")
         other = SimCSEModel.from_pretrained(args.compare_to, pooler_type=pooler_type).to(device)
     except (OSError, ValueError) as e:
         raise ValueError(f"--compare_to: cannot load model {args.compare_to!r}: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    print("compare_to " + pooler_line(recorded, other.inference_pooler, None), flush=True)
+    print("compare_to " + pooler_line(recorded, other.inference_pooler, asked), flush=True)
     return other
 
 
@@ -347,17 +358,35 @@ def _by_sentence(cache: dict, sentences, encode):
     return np.stack([cache[s] for s in sentences]) if sentences else np.zeros((0, 0), dtype=np.float32)
 
 
-def compare_to(args, tasks: list[str], data_dir, encode_this, other, device) -> dict:
-    """The paired comparison of this run's model (``encode_this``, its cached encoder) with ``other``
-    (:func:`load_compare_model`) on the STS tasks among ``tasks`` (:func:`simcse.evaluation.engine.compare_sts`)."""
-    from simcse.evaluation.engine import STS_TASKS, compare_sts
+def compare_scores(args, tasks: list[str], data_dir, other, device) -> dict:
+    """``--compare_to``'s model's STS scores (:func:`simcse.evaluation.engine.sts_scores`), computed before this
+    run's model is evaluated, so a model that cannot be compared is refused before that work.
+
+    Raises:
+        ValueError: its similarities on a task are all equal (a collapsed model, refused as when it is evaluated
+            alone), naming ``--compare_to``.
+    """
+    from simcse.evaluation.engine import STS_TASKS, sts_scores
+    from simcse.evaluation.sts import ConstantScoresError
 
     def encode_other(s):
         return other.encode(s, batch_size=args.batch_size, max_length=args.max_seq_length, device=device,
                             show_progress=not args.quiet, truncate_dim=other.hidden_size)  # full size, as this one
 
-    return compare_sts(encode_this, encode_other, [t for t in tasks if t in STS_TASKS], data_dir, args.mode,
-                       n_resamples=args.bootstrap or 1000, seed=args.bootstrap_seed)
+    try:
+        return sts_scores(encode_other, [t for t in tasks if t in STS_TASKS], data_dir, args.mode)
+    except ConstantScoresError as e:
+        raise ValueError(f"--compare_to {args.compare_to!r}: {str(e).splitlines()[0]}") from None
+
+
+def compare_to(args, tasks: list[str], data_dir, encode_this, other_scores: dict) -> dict:
+    """The paired comparison of this run's model (``encode_this``, its cached encoder) with ``--compare_to``'s
+    (``other_scores``: :func:`compare_scores`) on the STS tasks among ``tasks``
+    (:func:`simcse.evaluation.engine.compare_sts`)."""
+    from simcse.evaluation.engine import STS_TASKS, compare_sts
+
+    return compare_sts(encode_this, None, [t for t in tasks if t in STS_TASKS], data_dir, args.mode,
+                       n_resamples=args.bootstrap or 1000, seed=args.bootstrap_seed, scores_b=other_scores)
 
 
 def comparison_rows(comparison: dict, mode: str) -> dict:
@@ -374,10 +403,12 @@ def comparison_rows(comparison: dict, mode: str) -> dict:
 
 def format_comparison(comparison: dict, args) -> str:
     """The paired comparison as a boxed table: one row per STS task."""
+    from simcse.evaluation.tables import format_interval
+
     rows = comparison_rows(comparison, args.mode)
     head = ["task", "this model", "other", "difference", "95% CI", "p"]
-    cells = [head] + [[t, f"{r['a']:.2f}", f"{r['b']:.2f}", f"{r['diff']:+.2f}", f"{r['low']:+.2f} to {r['high']:+.2f}",
-                       f"{r['p_value']:.3f}"] for t, r in rows.items()]
+    cells = [head] + [[t, f"{r['a']:.2f}", f"{r['b']:.2f}", f"{r['diff']:+.2f}",
+                       format_interval(r["low"], r["high"], signed=True), f"{r['p_value']:.3f}"] for t, r in rows.items()]
     widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     lines = ["|" + "|".join(f" {x:^{w}} " for x, w in zip(row, widths)) + "|" for row in cells]

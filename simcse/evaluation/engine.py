@@ -87,9 +87,17 @@ class _STSYear(_Task):
         return score_sts({k: (emb(p.sent1), emb(p.sent2), p.scores) for k, p in self.parts.items()}, self.name)
 
     def scored(self, emb) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """part -> (cosine similarities (n,), gold scores (n,)), float64, in the data's order."""
-        return {k: (cosine_similarity(emb(p.sent1), emb(p.sent2), task=f"{self.name}/{k}"), np.asarray(p.scores, dtype=np.float64))
-                for k, p in self.parts.items()}
+        """part -> (cosine similarities (n,), gold scores (n,)), float64, in the data's order.
+
+        Raises:
+            ConstantScoresError: a part's similarities are all equal (a collapsed model)."""
+        from simcse.evaluation.sts import check_not_constant
+
+        out = {k: (cosine_similarity(emb(p.sent1), emb(p.sent2), task=f"{self.name}/{k}"), np.asarray(p.scores, dtype=np.float64))
+               for k, p in self.parts.items()}
+        for k, (sims, _) in out.items():  # a collapsed model has no Spearman, so no interval or difference either
+            check_not_constant(sims, f"{self.name}/{k}")
+        return out
 
 
 class _STSSplits(_STSYear):
@@ -345,17 +353,23 @@ def sts_scores(encode: Encoder, tasks: str | Iterable[str], data_dir: str | Path
     return {t.name: t.scored(emb) for t in plan}
 
 
-def compare_sts(encode_a: Encoder, encode_b: Encoder, tasks: str | Iterable[str], data_dir: str | Path | None = None,
-                mode: str = "test", *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
+def compare_sts(encode_a: Encoder, encode_b: Encoder | None, tasks: str | Iterable[str], data_dir: str | Path | None = None,
+                mode: str = "test", *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                scores_b: dict | None = None) -> dict:
     """Paired comparison of two encoders on the same STS pairs: per task and part, a's and b's Spearman, the
     difference a - b, its 95% paired-bootstrap interval and p-value (:func:`simcse.evaluation.intervals.paired_bootstrap`).
+    ``scores_b``: b's :func:`sts_scores` computed before (``encode_b`` is then not called).
 
     Returns:
         ``{task: {part: Difference, ..., "all": {"all": Difference, "mean": ..., "wmean": ...}}}`` (fractions).
+
+    Raises:
+        ConstantScoresError: either model's similarities on a part are all equal (a collapsed model: no
+            Spearman to compare, as when it is evaluated alone).
     """
     check_resamples(n_resamples, "n_resamples")
     a = sts_scores(encode_a, tasks, data_dir, mode)
-    b = sts_scores(encode_b, tasks, data_dir, mode)
+    b = scores_b if scores_b is not None else sts_scores(encode_b, tasks, data_dir, mode)
     return {t: paired_bootstrap(a[t], b[t], n_resamples, seed) for t in a}
 
 

@@ -63,6 +63,20 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray, task: str = "") -> np.ndarra
     return np.clip(np.einsum("ij,ij->i", a, b) / (na * nb), -1.0, 1.0)
 
 
+def check_not_constant(sys_scores: np.ndarray, task: str = "") -> None:
+    """The one check that a model's similarities on an STS task are not all equal (evaluation, intervals and
+    paired comparisons call it).
+
+    Raises:
+        ConstantScoresError: every score of the (n,) array is equal; the message names ``task``.
+    """
+    sys_scores = np.asarray(sys_scores)
+    if len(sys_scores) and np.all(sys_scores == sys_scores[0]):
+        raise ConstantScoresError(
+            f"{task or 'STS'}: all {len(sys_scores)} cosine similarities equal {sys_scores[0]:.6g} (every sentence got "
+            "the same embedding direction: a constant or collapsed encoder); Spearman and Pearson are undefined")
+
+
 def correlations(sys_scores: np.ndarray, gold: np.ndarray, task: str = "") -> dict:
     """``{"pearson": Correlation, "spearman": Correlation, "nsamples": n}`` of system vs gold scores (n,).
 
@@ -75,10 +89,7 @@ def correlations(sys_scores: np.ndarray, gold: np.ndarray, task: str = "") -> di
     name = task or "STS"
     if len(sys_scores) < 2:
         raise ValueError(f"{name}: need at least 2 scored pairs, got {len(sys_scores)}")
-    if np.all(sys_scores == sys_scores[0]):
-        raise ConstantScoresError(
-            f"{name}: all {len(sys_scores)} cosine similarities equal {sys_scores[0]:.6g} (every sentence got the same "
-            "embedding direction: a constant or collapsed encoder); Spearman and Pearson are undefined")
+    check_not_constant(sys_scores, task)
     if np.all(gold == gold[0]):
         raise ValueError(f"{name}: all {len(gold)} gold scores equal {gold[0]:.6g}; a correlation is undefined")
     p, s = pearsonr(sys_scores, gold), spearmanr(sys_scores, gold)

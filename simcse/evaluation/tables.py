@@ -59,10 +59,17 @@ def table_intervals(results: dict, mode: str = "test") -> dict[str, list[float]]
     return out
 
 
+def format_interval(low: float, high: float, signed: bool = False) -> str:
+    """The one cell format of an interval, ``[low, high]`` with 2 decimals (``[-26.48, -18.12]``: a bracket and a
+    comma, never a dash that reads as a minus sign); ``signed`` puts ``+`` before positive bounds (differences)."""
+    fmt = "+.2f" if signed else ".2f"
+    return f"[{low:{fmt}}, {high:{fmt}}]"
+
+
 def format_table(values: dict[str, float], intervals: dict[str, list[float]] | None = None) -> str:
     """A boxed text table: one header row of names, one row of ``%.2f`` values, and, when ``intervals`` is given,
-    a row of ``low-high`` intervals under them (empty cells for columns without one, such as ``Avg.``)."""
-    cells = [(k, f"{v:.2f}", f"{intervals[k][0]:.2f}-{intervals[k][1]:.2f}" if intervals and k in intervals else "")
+    a row of ``[low, high]`` intervals under them (empty cells for columns without one, such as ``Avg.``)."""
+    cells = [(k, f"{v:.2f}", format_interval(*intervals[k]) if intervals and k in intervals else "")
              for k, v in values.items()]
     widths = [max(len(a), len(b), len(c)) for a, b, c in cells]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
@@ -74,16 +81,24 @@ def format_table(values: dict[str, float], intervals: dict[str, list[float]] | N
     return "\n".join(lines + [rule])
 
 
-def format_dims_table(by_dim: dict, mode: str = "test") -> str:
+def format_dims_table(by_dim: dict, mode: str = "test", intervals: dict | None = None) -> str:
     """The STS table at several embedding sizes (``--truncate_dim a,b,c``): one row per size, one column per
-    task present in every row (and ``Avg.`` when all have it). ``by_dim``: {dim: :func:`table_values`}."""
+    task present in every row (and ``Avg.`` when all have it). ``by_dim``: {dim: :func:`table_values`};
+    ``intervals`` (``--bootstrap``): {dim: :func:`table_intervals`}, printed as a row of ``[low, high]`` under each
+    size's row."""
     rows = {d: v.get("sts", {}) for d, v in by_dim.items()}
     columns = [c for c in next(iter(rows.values()), {}) if all(c in r for r in rows.values())]
-    cells = [["dim", *columns]] + [[str(d), *(f"{r[c]:.2f}" for c in columns)] for d, r in rows.items()]
+    cells = [["dim", *columns]]
+    for d, r in rows.items():
+        cells.append([str(d), *(f"{r[c]:.2f}" for c in columns)])
+        ci = (intervals or {}).get(d)
+        if ci:
+            cells.append(["", *(format_interval(*ci[c]) if c in ci else "" for c in columns)])
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     lines = ["|" + "|".join(f" {x:^{w}} " for x, w in zip(row, widths)) + "|" for row in cells]
-    title = f"------ {mode} : STS (Spearman x 100) at each embedding size ------\n{table_notes(mode)['sts']}"
+    note = table_notes(mode)["sts"] + ("; under each size: its 95% bootstrap interval" if intervals else "")
+    title = f"------ {mode} : STS (Spearman x 100) at each embedding size ------\n{note}"
     return "\n".join([title, rule, lines[0], rule, *lines[1:], rule])
 
 

@@ -171,7 +171,7 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
                          "only with torch.load(weights_only=True); convert the checkpoint to safetensors instead")
     import pickle
 
-    if _is_adapter_folder(path):  # LoRA adapter + base reference (simcse.models.lora)
+    if is_adapter_folder(path):  # LoRA adapter + base reference (simcse.models.lora)
         from simcse.models.lora import load_lora_encoder
 
         cfg = SavedFolder.read_simcse_config(path) or {}
@@ -195,7 +195,7 @@ def _load_encoder(path: str, trust_remote_code: bool = False, **kwargs):
     return encoder, hf_pooler
 
 
-def _is_adapter_folder(path) -> bool:
+def is_adapter_folder(path) -> bool:
     """A local folder holding a LoRA adapter (``adapter_config.json``) instead of full encoder weights."""
     p = Path(path)
     return (p / "adapter_config.json").is_file() and not any((p / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))

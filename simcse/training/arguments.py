@@ -195,9 +195,22 @@ class ModelArguments:
                                          loss_args=self.loss_args, hard_negative_given=self.hard_negative_given,
                                          fixed_dropout=self.fixed_dropout, mlm_weight=self.mlm_weight if self.do_mlm else 0.0)
         self._record_hard_negative(objective)
-        if self.lora_r is not None and not objective.supports_lora:
-            raise ValueError(f"--loss {self.loss} does not train with LoRA (--lora_r): its state holds a copy of the "
-                             "whole encoder, frozen base included; train all weights (drop --lora_r)")
+        if self.trains_lora and not objective.supports_lora:
+            if self.lora_r is not None:
+                how, fix = "--lora_r", "drop --lora_r"
+            else:
+                how = f"--model_name_or_path {self.model_name_or_path!r} is a LoRA adapter folder, whose adapter trains"
+                fix = "start from a folder with full weights, e.g. the LoRA run saved again with --merge_lora true"
+            raise ValueError(f"--loss {self.loss} does not train with LoRA ({how}): its state holds a copy of the "
+                             f"whole encoder, frozen base included; train all weights ({fix})")
+
+    @property
+    def trains_lora(self) -> bool:
+        """Whether the run trains LoRA adapters: ``--lora_r`` given, or ``--model_name_or_path`` a LoRA adapter
+        folder (loaded with its adapter trainable, the base frozen), decided from the options alone."""
+        from simcse.models.folder import is_adapter_folder
+
+        return self.lora_r is not None or bool(self.model_name_or_path and is_adapter_folder(self.model_name_or_path))
 
     @property
     def hard_negative_given(self) -> bool:

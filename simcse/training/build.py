@@ -197,7 +197,7 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
             _check_include_prompt(model_args, data_args, objective)
             model.include_prompt = False  # saved with the model (simcse_config.json, 1_Pooling/config.json)
         if data_args.streaming:
-            ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer)
+            ds, columns = _streaming_dataset(data_args, training_args, model.tokenizer, tuple(objective.label_columns))
         else:
             ds, columns = _load_dataset(data_args, training_args.seed, tuple(objective.label_columns))
     except (ValueError, FileNotFoundError, OSError) as e:
@@ -395,7 +395,7 @@ def _check_streaming(model_args, training_args) -> None:
         raise ValueError("--augmentation keys its draws by the example's row: not with --streaming true")
 
 
-def _streaming_dataset(data_args, training_args, tok):
+def _streaming_dataset(data_args, training_args, tok, label_columns: tuple[str, ...] = ()):
     """``(StreamingTrainSet, view names)``: this process's part of the stream, tokenised on the fly; put back at
     the checkpoint's position when resuming (:func:`simcse.training.sources.streaming_training_set`)."""
     from simcse.training.sources import streaming_training_set
@@ -404,7 +404,7 @@ def _streaming_dataset(data_args, training_args, tok):
         data_args, tok, seed=training_args.seed, rank=training_args.process_index,
         world=max(1, training_args.world_size),
         batch_size=training_args.train_batch_size, drop_last=training_args.dataloader_drop_last,
-        resume_from=training_args.resume_from_checkpoint)
+        resume_from=training_args.resume_from_checkpoint, label_columns=label_columns)
     if training_args.dataloader_num_workers:
         logger.info("--streaming: the stream is read in the main process (--dataloader_num_workers ignored)")
     logger.info("training on a stream of %s with %d view(s) each (%d examples per process per step)",

@@ -101,6 +101,8 @@ def numeric_label_columns(ds, labels: list[str], source: str, header_lines: int 
 
     import datasets
 
+    if isinstance(ds, datasets.IterableDataset):  # a stream: each row converted as it is read
+        return ds.map(to_float, batched=True, with_indices=True)
     features = ds.features.copy()
     for c in labels:
         features[c] = datasets.Value("float64")

@@ -184,8 +184,10 @@ class StreamingTrainSet(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, stream, batch_size: int, n_views: int = 1, drop_last: bool = False, world: int = 1,
-                 start: int = 0, epoch: int = 0, start_state: dict | None = None, keep: int = 256):
+                 start: int = 0, epoch: int = 0, start_state: dict | None = None, keep: int = 256,
+                 column_names: list[str] | None = None):
         super().__init__()
+        self.column_names = list(column_names or [])  # the views and labels each row holds (as a Dataset's)
         self.stream, self.batch_size, self.n_views = stream, max(1, int(batch_size)), n_views
         self.drop_last, self.world = bool(drop_last), max(1, int(world))
         self.count, self.epoch, self._resumed = int(start), int(epoch), start_state is not None
@@ -240,7 +242,8 @@ class StreamingTrainSet(torch.utils.data.IterableDataset):
 
 
 def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: int, batch_size: int,
-                           drop_last: bool = False, resume_from: str | None = None):
+                           drop_last: bool = False, resume_from: str | None = None,
+                           label_columns: tuple[str, ...] = ()):
     """``(StreamingTrainSet, view names)`` of ``--dataset_name`` read as a stream (``--streaming true``).
 
     Order of operations: the first ``--max_train_samples`` rows of the source (when set); rows missing a view
@@ -254,6 +257,9 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
         batch_size: rows per batch of this process (the per-device batch): batches are made by the set, which
             records its position after each (:class:`StreamingTrainSet`, also for the end of the stream and
             the ranks' agreement); ``drop_last``: ``--dataloader_drop_last``.
+        label_columns: the objective's label columns (CoSENT's and AnglE's ``score``): kept beside the views and
+            read as numbers, as :func:`load_training_dataset` keeps them (a cell that is not a finite number fails
+            when the stream reaches it, naming the column and the row).
 
     Raises:
         ValueError: see :func:`view_columns`; a checkpoint without this rank's stream position.
@@ -262,10 +268,13 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
 
     stream = _open(data_args, streaming=True)
     views = view_columns(column_names(stream), data_args)
+    labels = _label_sources(column_names(stream), label_columns, data_args)
     columns = [v for _, v in views]
     if data_args.max_train_samples is not None:
         stream = stream.take(data_args.max_train_samples)
-    stream = _to_views(stream, views).filter(complete_rows, batched=True, with_indices=True, fn_kwargs={
+    stream = numeric_label_columns(_to_views(stream, views + labels), [v for _, v in labels],
+                                   f"dataset {data_args.dataset_name!r}")
+    stream = stream.filter(complete_rows, batched=True, with_indices=True, fn_kwargs={
         "columns": columns, "source": f"dataset {data_args.dataset_name!r}", "labels": {v: c for c, v in views}})
     if data_args.shuffle_buffer_size:
         stream = stream.shuffle(seed=seed, buffer_size=data_args.shuffle_buffer_size)
@@ -289,7 +298,8 @@ def streaming_training_set(data_args, tokenizer, seed: int, rank: int, world: in
             stream.load_state_dict(state)
         logger.info("stream resumed after %d examples of process %d (pass %d)", start, rank, epoch + 1)
     return StreamingTrainSet(stream, batch_size, n_views=len(columns), drop_last=drop_last, world=world,
-                             start=start, epoch=epoch, start_state=state if resume_from else None), columns
+                             start=start, epoch=epoch, start_state=state if resume_from else None,
+                             column_names=columns + [v for _, v in labels]), columns
 
 
 class StreamingHooks(Trainer):

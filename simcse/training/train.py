@@ -83,18 +83,26 @@ def _corr(value) -> float:
 def _add_dev_intervals(metrics: dict, prefix: str, trainer, data_args, training_args) -> None:
     """With ``--bootstrap N``: the 95% bootstrap intervals of the dev Spearmans just logged, as
     ``<prefix>stsb_spearman_ci`` / ``<prefix>sickr_spearman_ci`` ([low, high]) in ``metrics`` (one more encoding of
-    the dev sets with the model as it is)."""
+    the dev sets with the model as it is). A task whose similarities are all equal (a collapsed model) gets no
+    interval and one warning line: the finished run's results, model and card are kept, never lost to it."""
     if not data_args.bootstrap:
         return
     from simcse.evaluation import evaluate
+    from simcse.evaluation.sts import ConstantScoresError
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     cap = getattr(getattr(model, "first", model), "max_input_tokens", 512)  # the trainer's own evaluation cut
-    res = evaluate(lambda s: model.encode(s, batch_size=training_args.per_device_eval_batch_size,
-                                          max_length=trainer.eval_max_length or cap),
-                   ["STSBenchmark", "SICKRelatedness"], data_dir=trainer.senteval_dir, mode="dev", bootstrap=data_args.bootstrap)
-    metrics[f"{prefix}stsb_spearman_ci"] = list(res["STSBenchmark"]["dev"]["spearman_ci"])
-    metrics[f"{prefix}sickr_spearman_ci"] = list(res["SICKRelatedness"]["dev"]["spearman_ci"])
+    for task, key in (("STSBenchmark", "stsb"), ("SICKRelatedness", "sickr")):
+        try:
+            res = evaluate(lambda s: model.encode(s, batch_size=training_args.per_device_eval_batch_size,
+                                                  max_length=trainer.eval_max_length or cap),
+                           [task], data_dir=trainer.senteval_dir, mode="dev", bootstrap=data_args.bootstrap)
+        except ConstantScoresError as e:  # a collapsed model: its Spearman has no interval; the run's results stay
+            first = str(e).splitlines()[0]
+            print(f"[simcse] warning: --bootstrap {data_args.bootstrap}: no interval for {prefix}{key}_spearman ({first}); "
+                  "the results are kept without it", file=sys.stderr, flush=True)
+            continue
+        metrics[f"{prefix}{key}_spearman_ci"] = list(res[task]["dev"]["spearman_ci"])
 
 
 def _print_metrics(title: str, metrics: dict) -> None:

@@ -49,12 +49,13 @@ def test_interval_agrees_with_scipy_bootstrap():
 
 
 def test_resamples_are_drawn_within_each_part_and_the_aggregates_from_the_same_draw():
-    """An independent transcription: per part, indices drawn in order from one default_rng(seed); the pooled
+    """An independent transcription: per part, indices drawn from its own generator (SeedSequence(seed).spawn, one
+    per part, in order; drawn in chunks that do not change them); the pooled
     Spearman of the concatenated draws, the mean and the size-weighted mean of the per-part Spearmans."""
     parts = {"a": _normal_pairs(50, 0.7, 2), "b": _normal_pairs(80, 0.3, 3)}
     got = bootstrap_parts(parts, n_resamples=200, seed=9)
-    rng = np.random.default_rng(9)
-    idx = {k: rng.integers(0, len(v[0]), size=(200, len(v[0]))) for k, v in parts.items()}
+    gens = [np.random.default_rng(s) for s in np.random.SeedSequence(9).spawn(len(parts))]
+    idx = {k: g.integers(0, len(v[0]), size=(200, len(v[0]))) for g, (k, v) in zip(gens, parts.items())}
     per = {k: np.array([spearmanr(parts[k][0][i], parts[k][1][i])[0] for i in idx[k]]) for k in parts}
     pooled = np.array([spearmanr(np.concatenate([parts[k][0][idx[k][r]] for k in parts]),
                                  np.concatenate([parts[k][1][idx[k][r]] for k in parts]))[0] for r in range(200)])
@@ -73,7 +74,7 @@ def test_paired_bootstrap_against_a_transcription_and_its_edge_cases():
     a = gold + 0.8 * np.random.default_rng(5).standard_normal(300)
     b = gold + 1.2 * np.random.default_rng(6).standard_normal(300)
     got = paired_bootstrap({"p": (a, gold)}, {"p": (b, gold)}, n_resamples=500, seed=7)["p"]
-    idx = np.random.default_rng(7).integers(0, 300, size=(500, 300))
+    idx = np.random.default_rng(np.random.SeedSequence(7).spawn(1)[0]).integers(0, 300, size=(500, 300))
     d = np.array([spearmanr(a[i], gold[i])[0] - spearmanr(b[i], gold[i])[0] for i in idx])
     assert got.diff == pytest.approx(spearmanr(a, gold)[0] - spearmanr(b, gold)[0], abs=1e-12)
     assert (got.low, got.high) == pytest.approx(tuple(np.quantile(d, [0.025, 0.975])), abs=1e-12)
@@ -111,7 +112,7 @@ def test_evaluate_adds_intervals_and_the_table_prints_them_only_when_asked(sente
     plain_text, boot_text = format_tables(plain, "fasttest"), format_tables(boot, "fasttest")
     sts_plain, sts_boot = plain_text.split("------ fasttest : Transfer")[0], boot_text.split("------ fasttest : Transfer")[0]
     assert sts_boot.count("\n") == sts_plain.count("\n") + 1
-    assert f"{100 * lo:.2f}-{100 * hi:.2f}" in sts_boot
+    assert f"[{100 * lo:.2f}, {100 * hi:.2f}]" in sts_boot
     assert plain_text.split("------ fasttest : Transfer")[1] == boot_text.split("------ fasttest : Transfer")[1]
     with pytest.raises(ValueError, match="bootstrap"):
         evaluate(fake_encode, tasks, senteval_dir, bootstrap=1)

@@ -1,0 +1,162 @@
+"""Run a spec's grid into an experiment folder, and the ``simcse experiment`` command.
+
+    simcse experiment run SPEC --output_dir DIR [--executor local|slurm] [--parallel K] [--gpus_per_run G]
+        [--arms a b] [--seeds 1 2] [--partition P --time MIN --cpus_per_run C --no_wait]   # slurm
+    simcse experiment report DIR [--resamples N]
+    simcse experiment list
+
+``run`` checks the whole spec (options, seeds, baseline) and every run folder already there before it starts
+anything, writes ``DIR/spec.json``, runs what is not done (finished runs are skipped, failed and stopped ones run
+again, a stopped one from its checkpoint), then writes the report (:mod:`simcse.experiments.report`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simcse.experiments import runs as R
+from simcse.experiments.executors import ExecutorError, run_local, run_slurm, slurm_executor
+from simcse.experiments.report import SPEC_FILE, write_report
+from simcse.experiments.spec import Spec, SpecError, list_specs, load_spec, write_json_atomic
+
+EXIT_STOPPED = 75
+
+
+def plan(spec: Spec, output_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None) -> list:
+    """The spec's runs (restricted to ``arms``/``seeds`` when given), each folder checked against the spec.
+
+    Raises:
+        SpecError: an unknown arm or seed in the restriction.
+        RunConflict: a run folder of another spec (the first one, naming the field).
+    """
+    if arms:
+        bad = [a for a in arms if a not in spec.arms]
+        if bad:
+            raise SpecError(f"--arms: {bad[0]!r} is not an arm of {spec.path}; expected some of {list(spec.arms)}")
+    if seeds:
+        bad = [s for s in seeds if s not in spec.seeds]
+        if bad:
+            raise SpecError(f"--seeds: {bad[0]} is not a seed of {spec.path}; expected some of {spec.seeds}")
+    runs = [r for r in spec.runs() if (not arms or r.arm in arms) and (not seeds or r.seed in seeds)]
+    for run in runs:
+        R.check_folder(output_dir, run)
+    return runs
+
+
+def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: str = "local", parallel: int = 1,
+                   gpus_per_run: int = 0, arms: list[str] | None = None, seeds: list[int] | None = None,
+                   slurm: dict | None = None, submitit_executor=None, wait: bool = True, report: bool = True,
+                   stream=None) -> dict:
+    """Run a grid (see the module); returns ``{"results": {run key: record}, "report": ..., "stopped": bool}``.
+
+    Args:
+        spec: a spec file, a packaged spec name, or a loaded :class:`~simcse.experiments.spec.Spec`.
+        output_dir: the experiment folder (created). executor: ``local`` or ``slurm``.
+        parallel: local: runs at a time (threads split among them); slurm: the array's parallelism.
+        gpus_per_run: GPUs of each run (local: its own ``CUDA_VISIBLE_DEVICES``; > 1 runs under torchrun).
+        arms, seeds: run only these (the report still covers the whole spec).
+        slurm: ``partition``, ``time_min``, ``cpus_per_run`` and further submitit parameters.
+        submitit_executor: a submitit executor to submit to (tests: ``submitit.LocalExecutor``).
+        wait: slurm: follow the jobs until they end (else return after submitting).
+
+    Raises:
+        SpecError, RunConflict, ExecutorError: before any run starts, one line each.
+    """
+    if executor not in ("local", "slurm"):
+        raise ExecutorError(f"--executor must be 'local' or 'slurm', got {executor!r}")
+    if executor == "slurm" and submitit_executor is None:
+        from simcse.experiments.executors import _submitit
+
+        _submitit()  # no submitit: one line naming the extra, before any check of the spec
+    spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    out = Path(output_dir)
+    runs = plan(spec, out, arms, seeds)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / SPEC_FILE, {"path": spec.path, "spec": spec.raw})
+    todo = [r for r in runs if R.state(out, r) != "done"]
+    print(f"[experiment] {spec.name}: {len(runs)} runs ({len(spec.arms)} arms x {len(spec.seeds)} seeds"
+          f"{', restricted' if arms or seeds else ''}), {len(runs) - len(todo)} done before, {len(todo)} to run; "
+          f"folder {out}", flush=True)
+    stopped = False
+    if not todo:
+        results = {}
+    elif executor == "local":
+        results = run_local(out, todo, parallel, gpus_per_run, stream=stream)
+        stopped = results.pop("__stopped__", False)
+    else:
+        ex = slurm_executor(out, gpus_per_run=gpus_per_run, parallel=parallel, executor=submitit_executor,
+                            **(slurm or {}))
+        results = run_slurm(out, todo, ex, gpus_per_run, wait=wait, stream=stream,
+                            **({"progress_every": 2.0} if submitit_executor is not None else {}))
+        if not wait:
+            return {"results": results, "report": None, "stopped": False}
+    for key, rec in results.items():
+        if isinstance(rec, dict) and rec.get("status") == "failed":
+            print(f"[experiment] {key} failed: {rec.get('error', '')}", flush=True)
+    if stopped:
+        print("[experiment] stopped: the running runs saved a checkpoint; the same command continues the grid",
+              flush=True)
+    rep = write_report(out) if report and not stopped else None
+    if rep:
+        print(rep["markdown"], flush=True)
+        print(f"[experiment] wrote {', '.join(rep['files'])}", flush=True)
+    return {"results": results, "report": rep, "stopped": stopped}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="simcse experiment", description="Arms x seeds: run a spec's grid of "
+                                "'simcse train' runs, here or on Slurm, and report the evidence over seeds.")
+    sub = p.add_subparsers(dest="action", metavar="{run,report,list}")
+    r = sub.add_parser("run", help="run (or continue) a spec's grid into --output_dir")
+    r.add_argument("spec", help="a spec file, or a packaged spec name ('simcse experiment list')")
+    r.add_argument("--output_dir", required=True, help="the experiment folder (a rerun continues it)")
+    r.add_argument("--executor", choices=["local", "slurm"], default="local",
+                   help="local: runs on this machine; slurm: one job-array task per run (needs "
+                        "'pip install simcse[slurm]')")
+    r.add_argument("--parallel", type=int, default=1, help="local: runs at a time, the CPU threads split among "
+                   "them; slurm: array tasks at a time (default 1)")
+    r.add_argument("--gpus_per_run", type=int, default=0, help="GPUs per run (local: its own CUDA_VISIBLE_DEVICES; "
+                   "more than 1: the run trains under torchrun; default 0)")
+    r.add_argument("--arms", nargs="+", default=None, help="run only these arms (default: all)")
+    r.add_argument("--seeds", nargs="+", type=int, default=None, help="run only these seeds (default: all)")
+    r.add_argument("--no_report", action="store_true", help="do not write the report at the end")
+    s = r.add_argument_group("slurm (--executor slurm)")
+    s.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
+    s.add_argument("--time", type=int, default=60, help="time limit per task in minutes (a task that reaches it "
+                   "saves a checkpoint and is requeued; default 60)")
+    s.add_argument("--cpus_per_run", type=int, default=None, help="CPUs per task (default: the cluster's)")
+    s.add_argument("--no_wait", action="store_true", help="submit and return (run 'report' when the jobs ended)")
+    rep = sub.add_parser("report", help="write report.md/json/png of an experiment folder")
+    rep.add_argument("output_dir", help="the folder of 'simcse experiment run'")
+    rep.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default: the spec's)")
+    sub.add_parser("list", help="list the packaged specs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``simcse experiment`` command; returns the exit status (2: bad input, one ``error:`` line; 75: stopped
+    by a signal, the same command continues; 1: some run failed)."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.action == "list":
+            print("\n".join(list_specs()))
+            return 0
+        if args.action == "report":
+            rep = write_report(args.output_dir, args.resamples)
+            print(rep["markdown"])
+            print(f"[experiment] wrote {', '.join(rep['files'])}")
+            return 0
+        if args.action != "run":
+            build_parser().print_help(sys.stderr)
+            return 2
+        slurm = {"partition": args.partition, "time_min": args.time, "cpus_per_run": args.cpus_per_run}
+        out = run_experiment(args.spec, args.output_dir, args.executor, args.parallel, args.gpus_per_run,
+                             args.arms, args.seeds, slurm=slurm, wait=not args.no_wait, report=not args.no_report)
+    except (SpecError, R.RunConflict, ExecutorError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if out["stopped"]:
+        return EXIT_STOPPED
+    failed = [k for k, v in out["results"].items() if isinstance(v, dict) and v.get("status") == "failed"]
+    return 1 if failed else 0

@@ -1,0 +1,62 @@
+"""The report over seeds on fabricated run folders (no training): a failed seed is named and left out, never
+averaged in silence; the numbers are the seeds' Spearmans as scipy computes them."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from experiment_world import tiny_world, write_spec  # noqa: F401  (fixture)
+from scipy.stats import spearmanr
+
+from simcse.experiments import load_spec, write_report
+from simcse.experiments import runs as R
+from simcse.experiments.spec import write_json_atomic
+
+
+def fabricate(out, spec, noise: dict, failed: set):
+    """Each run: scores.npz of gold + noise[arm] x N(0, 1) (seeded by the seed), a done or failed result."""
+    gold = np.random.default_rng(0).standard_normal(500)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "spec.json", {"path": spec.path, "spec": spec.raw})
+    truth = {}
+    for run in spec.runs():
+        d = R.prepare(out, run)
+        if (run.arm, run.seed) in failed:
+            write_json_atomic(d / "result.json", {"status": "failed", "digest": run.digest,
+                                                  "error": "error: boom at step 2"})
+            continue
+        sims = gold + noise[run.arm] * np.random.default_rng(100 + run.seed).standard_normal(500)
+        np.savez(d / "scores.npz", **{"STSBenchmark|test|sims": sims, "STSBenchmark|test|gold": gold})
+        write_json_atomic(d / "result.json", {"status": "done", "digest": run.digest, "train": {"steps": 3}})
+        truth[(run.arm, run.seed)] = 100 * spearmanr(sims, gold)[0]
+    return truth
+
+
+def test_failed_seed_is_named_and_not_averaged(tmp_path, tiny_world):
+    spec = load_spec(write_spec(tmp_path, tiny_world, seeds=[1, 2, 3]))
+    out = tmp_path / "out"
+    truth = fabricate(out, spec, {"a": 1.0, "b": 0.5}, failed={("b", 3)})
+    rep = write_report(out)
+    b = rep["arms"]["b"]["tasks"]["STSBenchmark"]
+    assert (b["n"], b["of"]) == (2, 3)
+    assert b["mean"] == pytest.approx((truth[("b", 1)] + truth[("b", 2)]) / 2, abs=1e-6)
+    assert b["low"] <= b["mean"] <= b["high"]
+    text = (out / "report.md").read_text()
+    assert "| b | 2 of 3 seeds | 1: " in text and "3: -" in text
+    assert "- b seed 3: failed: error: boom at step 2" in text
+    versus = rep["versus"]["b"]["STSBenchmark"]
+    assert versus["seeds"] == [1, 2]  # paired on the seeds both arms finished
+    expected = np.mean([truth[("b", s)] - truth[("a", s)] for s in (1, 2)])
+    assert versus["diff"] == pytest.approx(expected, abs=1e-6)
+    assert versus["low"] > 0  # noise 0.5 against 1.0 on 500 pairs: a real difference
+    assert json.loads((out / "report.json").read_text())["arms"]["a"]["tasks"]["STSBenchmark"]["n"] == 3
+    pytest.importorskip("matplotlib")
+    assert (out / "report.png").stat().st_size > 1000
+
+
+def test_report_of_a_folder_without_spec(tmp_path):
+    from simcse.experiments import SpecError
+
+    with pytest.raises(SpecError, match="no spec.json"):
+        write_report(tmp_path)

@@ -1,0 +1,81 @@
+"""Specs: what is refused before any run, in one line naming the input (simcse.experiments.spec)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from experiment_world import tiny_world, write_spec  # noqa: F401  (fixture)
+
+from simcse.experiments import SpecError, load_spec, plan
+from simcse.experiments import runs as R
+from simcse.experiments.spec import list_specs, run_digest
+
+
+def test_unknown_arm_option_is_named(tmp_path, tiny_world):
+    path = write_spec(tmp_path, tiny_world, arms={"a": {}, "odd": {"learning_rat": 1e-3}})
+    with pytest.raises(SpecError, match=r"arm 'odd': 'learning_rat' is not an option of simcse train"):
+        load_spec(path)
+
+
+def test_bad_arm_value_is_named(tmp_path, tiny_world):
+    path = write_spec(tmp_path, tiny_world, arms={"a": {}, "neg": {"max_steps": "many"}})
+    with pytest.raises(SpecError, match=r"arm 'neg'.*max_steps"):
+        load_spec(path)
+
+
+def test_duplicate_seeds(tmp_path, tiny_world):
+    with pytest.raises(SpecError, match=r"seed 2 is listed 2 times"):
+        load_spec(write_spec(tmp_path, tiny_world, seeds=[1, 2, 2]))
+
+
+def test_baseline_must_be_an_arm(tmp_path, tiny_world):
+    with pytest.raises(SpecError, match=r"baseline 'c' is not an arm; expected one of \['a', 'b'\]"):
+        load_spec(write_spec(tmp_path, tiny_world, baseline="c"))
+
+
+def test_runner_owned_options_and_unknown_keys(tmp_path, tiny_world):
+    with pytest.raises(SpecError, match=r"arm 'a' sets 'seed'"):
+        load_spec(write_spec(tmp_path, tiny_world, arms={"a": {"seed": 3}}))
+    with pytest.raises(SpecError, match=r"unknown key 'arm'"):
+        load_spec(write_spec(tmp_path, tiny_world, arm={}))
+    with pytest.raises(SpecError, match=r"evaluation.split must be 'test' or 'dev'"):
+        load_spec(write_spec(tmp_path, tiny_world, evaluation={"split": "train"}))
+    with pytest.raises(SpecError, match=r"'options' has 'nope'"):
+        load_spec(write_spec(tmp_path, tiny_world, options={"nope": 1}))
+
+
+def test_runs_resolve_base_spec_and_arm_options(tmp_path, tiny_world):
+    spec = load_spec(write_spec(tmp_path, tiny_world, options={"max_steps": 5},
+                                arms={"a": {}, "b": {"learning_rate": 1e-3, "max_seq_length": None}}))
+    runs = {r.key: r for r in spec.runs()}
+    assert list(runs) == ["a/seed1", "a/seed2", "b/seed1", "b/seed2"]
+    assert runs["a/seed1"].options["max_steps"] == 5 and runs["a/seed1"].options["seed"] == 1
+    assert runs["b/seed2"].options["learning_rate"] == 1e-3 and "max_seq_length" not in runs["b/seed2"].options
+    assert len({r.digest for r in runs.values()}) == 4
+
+
+def test_spec_changed_under_existing_folder_names_the_field(tmp_path, tiny_world):
+    out = tmp_path / "out"
+    spec = load_spec(write_spec(tmp_path, tiny_world))
+    for run in spec.runs():
+        R.prepare(out, run)
+    assert plan(spec, out)  # the same spec: accepted
+    changed = load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "b": {"learning_rate": 2e-3}}))
+    with pytest.raises(R.RunConflict, match=r"runs/b/seed1 holds a run of another spec \(options.learning_rate: "
+                                           r"0.001 -> 0.002\)"):
+        plan(changed, out)
+
+
+def test_digest_is_stable_and_order_free():
+    assert run_digest({"a": 1, "b": [1, 2]}) == run_digest({"b": [1, 2], "a": 1})
+    assert run_digest({"a": 1}) != run_digest({"a": 2})
+
+
+def test_packaged_specs_parse():
+    from simcse.experiments.spec import resolve_spec, parse_spec
+
+    names = list_specs()
+    assert "cpu_default_seeds" in names
+    for name in names:
+        spec = parse_spec(json.loads(resolve_spec(name).read_text()), name)
+        assert spec.baseline in spec.arms and len(set(spec.seeds)) == len(spec.seeds)
