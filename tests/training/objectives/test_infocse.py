@@ -122,6 +122,39 @@ def test_the_heads_start_from_the_checkpoint(mlm_folder):
         assert torch.equal(v, ref.bert.state_dict()[k]), k
 
 
+def test_the_head_layers_start_from_the_official_init(mlm_folder):
+    """The official head layers (``models_cls_mlm.py`` L343-346: ``nn.ModuleList([BertLayer(config) ...])`` then
+    ``self.c_head.apply(self.bert._init_weights)``): every Linear weight N(0, initializer_range), every bias 0,
+    LayerNorm weight 1 and bias 0 -- checked per tensor, against a control built without ``_init_weights`` (torch's
+    Linear default, std 1/sqrt(3 * fan_in)), which must fail the same check."""
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    model, obj = _build(mlm_folder)
+    std = model.encoder.config.initializer_range
+
+    def official(layers) -> list[str]:
+        bad = []
+        for name, module in layers.named_modules():
+            if isinstance(module, nn.Linear):
+                w = module.weight.detach().double()
+                if abs(float(w.std()) - std) > 0.15 * std or abs(float(w.mean())) > 4 * std / w.numel() ** 0.5:
+                    bad.append(f"{name}.weight std {float(w.std()):.4f}")
+                if module.bias is not None and not torch.equal(module.bias, torch.zeros_like(module.bias)):
+                    bad.append(f"{name}.bias")
+            elif isinstance(module, nn.LayerNorm):
+                if not (torch.equal(module.weight, torch.ones_like(module.weight))
+                        and torch.equal(module.bias, torch.zeros_like(module.bias))):
+                    bad.append(name)
+        return bad
+
+    assert len(obj.c_head) == obj.n_head_layers == 2
+    assert sum(isinstance(m, nn.Linear) for m in obj.c_head.modules()) == 12  # q, k, v, out, intermediate, output
+    assert official(obj.c_head) == []
+    torch.manual_seed(0)
+    control = nn.ModuleList([BertLayer(model.encoder.config) for _ in range(2)])
+    assert official(control), "the check cannot tell torch's default init from the official one"
+
+
 @pytest.mark.parametrize("batchnorm", [True, False])
 def test_the_contrastive_head_starts_as_the_official_one(mlm_folder, batchnorm):
     """The official head (ProjectionMLP with --batchnorm, else MLPLayer) is built in ``cl_init`` before
