@@ -268,3 +268,107 @@ def test_promptbert_trains_as_the_official_code_over_steps(tiny):
     assert_steps_match(ours, official())
     for changed in ({"t2": T1}, {"t1": T2}, {"temp": 0.1}, {"denoise": False}):
         assert_told_apart(ours, official(**changed))
+
+
+# ------------------------------------------------------------------------------- dropout on, row-keyed masks
+class _RowKeys:
+    """The rows of the encoder call in progress, as keys: each row's real tokens' (id, position) pairs. Set by a
+    forward pre-hook on the encoder, read by every :class:`_RowKeyedDropout` inside that call."""
+
+    def __init__(self):
+        self.keys, self.real = None, None
+
+    def hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = kwargs.get("attention_mask")
+        pos = kwargs.get("position_ids")
+        rows, width = ids.shape
+        real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+        pos = torch.arange(width).expand(rows, width) if pos is None else pos
+        self.real = real
+        self.keys = [(tuple(ids[r][real[r]].tolist()), tuple(pos[r][real[r]].tolist())) for r in range(rows)]
+
+
+class _RowKeyedDropout(nn.Module):
+    """Dropout whose mask for a row is drawn from a generator seeded by (this module's name, the row's real
+    tokens' ids and positions): the same row gets the same mask whatever the batch it is encoded in, its width,
+    its order or the number of rows before it -- so the official forward (the 50 template-only rows first, then
+    the batch padded to its own width) and this library's (the batch, then the distinct lengths' template-only
+    rows) draw identical masks, row by row, and can be compared with dropout on."""
+
+    def __init__(self, p: float, name: str, rows: _RowKeys):
+        super().__init__()
+        self.p, self.name, self.rows = p, name, rows
+
+    def forward(self, x):
+        if not self.training or self.p == 0:
+            return x
+        import hashlib
+
+        keep = torch.ones_like(x)
+        for r, key in enumerate(self.rows.keys):
+            seed = int.from_bytes(hashlib.sha256(repr((self.name, key)).encode()).digest()[:8], "little")
+            g = torch.Generator().manual_seed(seed)
+            n = int(self.rows.real[r].sum())
+            drawn = (torch.rand((n, x.shape[-1]), generator=g, dtype=torch.float64) >= self.p).to(x.dtype)
+            keep[r, self.rows.real[r]] = drawn / (1 - self.p)
+        return x * keep
+
+
+def _row_keyed(encoder, p: float) -> None:
+    """Every hidden-state dropout of ``encoder`` (a BertModel) made row-keyed; attention-probability dropout off
+    (it is functional inside the attention kernel, so no module can key it by row)."""
+    rows = _RowKeys()
+    encoder.register_forward_pre_hook(rows.hook, with_kwargs=True)
+    for name, module in list(encoder.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Dropout):
+                full = f"{name}.{child_name}" if name else child_name
+                if full.endswith("attention.self.dropout"):
+                    child.p = 0.0
+                else:
+                    setattr(module, child_name, _RowKeyedDropout(p, full, rows))
+
+
+@pytest.fixture(scope="module")
+def tiny_dropout(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("pbd"), "bert", dropout=0.1)
+
+
+@pytest.mark.parametrize("t2", [T2, T2_SHORT], ids=["equal-prefixes", "shorter-second-prefix"])
+def test_promptbert_equals_official_forward_with_dropout_on(tiny_dropout, t2):
+    """Dropout on (p 0.1 on every hidden state, row-keyed on both sides, as the module docstring above says):
+    the loss and every gradient equal the official forward's, and differ from the dropout-off loss."""
+    args = {"template": T1, "template2": t2, "temp": TEMP}
+    model = SimCSEModel.from_pretrained(str(tiny_dropout), pooler_type="prompt_mask", mlp_only_train=True,
+                                        new_mlp_init="random")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    objective = build_objective("promptbert", args)
+    objective.setup(model, None)
+    model.double()
+    ref, mlp = _reference(model)
+    _row_keyed(model.encoder, 0.1)
+    _row_keyed(ref, 0.1)
+    model.train()
+    ref.train()
+    enc = model.tokenizer(SENTENCES, padding=True, return_tensors="pt", return_token_type_ids=False)
+    batch = {k: v[:, None].expand(-1, 2, -1) for k, v in enc.items()}
+    loss = objective.loss(model(**batch), batch, LossContext(model=model))
+    loss.backward()
+    ref_loss = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, t2, TEMP)
+    ref_loss.backward()
+    assert abs(loss.item() - ref_loss.item()) < 1e-6
+    ours = dict(model.encoder.named_parameters())
+    for name, p in ref.named_parameters():
+        assert (ours[name].grad - p.grad).norm() <= 2e-5 * p.grad.norm() + 1e-9, name
+    model.eval(), ref.eval()  # the control: without dropout the official loss is another number
+    with torch.no_grad():
+        ref.train()
+        for m in ref.modules():
+            if isinstance(m, _RowKeyedDropout):
+                m.p = 0.0
+        plain = _official_loss(ref, mlp, model.tokenizer, SENTENCES, T1, t2, TEMP)
+    assert abs(plain.item() - ref_loss.item()) > 1e-3
