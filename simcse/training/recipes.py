@@ -18,7 +18,8 @@ def config_dir() -> Path | None:
     return None
 
 
-ENGINE_CONFIG_DIRS = ("deepspeed",)  # folders of configs/ holding engine files (--deepspeed FILE), not run configs
+# folders of configs/ that hold no run configs: engine files (--deepspeed FILE), experiment specs (simcse experiment)
+ENGINE_CONFIG_DIRS = ("deepspeed", "experiments")
 
 
 def list_configs() -> list[str]:
