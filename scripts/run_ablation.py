@@ -1,4 +1,4 @@
-"""Run the rows of one of the paper's ablation tables: ``python scripts/run_ablation.py --table 3 ...``;
+"""Run one of the paper's ablation tables as an experiment: ``python scripts/run_ablation.py --table 3 ...``;
 see ``simcse.research.ablation`` (docs/ablations.md)."""
 from simcse.research.ablation import main
 

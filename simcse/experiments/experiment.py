@@ -18,9 +18,32 @@ from pathlib import Path
 from simcse.experiments import runs as R
 from simcse.experiments.executors import ExecutorError, run_local, run_slurm, slurm_executor
 from simcse.experiments.report import SPEC_FILE, write_report
-from simcse.experiments.spec import Spec, SpecError, list_specs, load_spec, write_json_atomic
+from simcse.experiments.spec import Spec, SpecError, check_data, list_specs, load_spec, write_json_atomic
 
 EXIT_STOPPED = 75
+
+
+def check_output_dir(output_dir: str | Path) -> Path:
+    """``output_dir`` as a Path when it is, or can be created as, a writable folder; checked before any work.
+
+    Raises:
+        ExecutorError: one line naming ``--output_dir`` and what is in the way (a file at the path or above it, a
+            folder that cannot be written).
+    """
+    import os
+
+    out = Path(output_dir)
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "is a file" if probe == out else f"is under {str(probe)!r}, which is a file"
+        raise ExecutorError(f"--output_dir {str(out)!r} {where}; expected a folder (or a path where one can be created)")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ExecutorError(f"--output_dir {str(out)!r}: cannot write in {str(probe)!r}; expected a writable folder")
+    return out
 
 
 def plan(spec: Spec, output_dir: str | Path, arms: list[str] | None = None, seeds: list[int] | None = None) -> list:
@@ -47,7 +70,7 @@ def plan(spec: Spec, output_dir: str | Path, arms: list[str] | None = None, seed
 def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: str = "local", parallel: int = 1,
                    gpus_per_run: int = 0, arms: list[str] | None = None, seeds: list[int] | None = None,
                    slurm: dict | None = None, submitit_executor=None, wait: bool = True, report: bool = True,
-                   stream=None) -> dict:
+                   stream=None, before_runs=None) -> dict:
     """Run a grid (see the module); returns ``{"results": {run key: record}, "report": ..., "stopped": bool}``.
 
     Args:
@@ -59,9 +82,12 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
         slurm: ``partition``, ``time_min``, ``cpus_per_run`` and further submitit parameters.
         submitit_executor: a submitit executor to submit to (tests: ``submitit.LocalExecutor``).
         wait: slurm: follow the jobs until they end (else return after submitting).
+        before_runs: called with the runs to run once every check passed, before the first starts (a timed
+            benchmark's idle-machine guard); not called when every run is done.
 
     Raises:
-        SpecError, RunConflict, ExecutorError: before any run starts, one line each.
+        SpecError, RunConflict, ExecutorError: before any run starts, one line each (an ``output_dir`` that
+            cannot be a folder, a spec option, a run's data, a folder of another spec).
     """
     if executor not in ("local", "slurm"):
         raise ExecutorError(f"--executor must be 'local' or 'slurm', got {executor!r}")
@@ -69,12 +95,15 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
         from simcse.experiments.executors import _submitit
 
         _submitit()  # no submitit: one line naming the extra, before any check of the spec
+    out = check_output_dir(output_dir)
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    out = Path(output_dir)
     runs = plan(spec, out, arms, seeds)
+    check_data(spec, [r for r in runs if R.state(out, r) != "done"])
+    todo = [r for r in runs if R.state(out, r) != "done"]
+    if todo and before_runs is not None:
+        before_runs(todo)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / SPEC_FILE, {"path": spec.path, "spec": spec.raw})
-    todo = [r for r in runs if R.state(out, r) != "done"]
     print(f"[experiment] {spec.name}: {len(runs)} runs ({len(spec.arms)} arms x {len(spec.seeds)} seeds"
           f"{', restricted' if arms or seeds else ''}), {len(runs) - len(todo)} done before, {len(todo)} to run; "
           f"folder {out}", flush=True)
@@ -102,6 +131,24 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
         print(rep["markdown"], flush=True)
         print(f"[experiment] wrote {', '.join(rep['files'])}", flush=True)
     return {"results": results, "report": rep, "stopped": stopped}
+
+
+def run_built_spec(raw: dict, output_dir: str | Path, origin: str, **kwargs) -> dict:
+    """Run a spec that a script built (a JSON object, e.g. a packaged spec with the script's options over it):
+    :func:`~simcse.experiments.spec.parse_spec`, :func:`~simcse.experiments.spec.check_options`, then
+    :func:`run_experiment` with ``kwargs``. ``origin`` names the spec in messages.
+
+    Raises:
+        SystemExit: ``error: <one line>`` for a bad spec, run folder or executor, before any run starts.
+    """
+    from simcse.experiments.spec import check_options, parse_spec
+
+    try:
+        spec = parse_spec(raw, origin)
+        check_options(spec)
+        return run_experiment(spec, output_dir, **kwargs)
+    except (SpecError, R.RunConflict, ExecutorError) as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,13 +61,23 @@ def _mean(values):
     return float(np.mean(values)) if values else None
 
 
+def _mean_curve(curves: list[list[dict]]) -> list[dict]:
+    """The seeds' alignment/uniformity curves averaged step by step (steps every seed measured)."""
+    if not curves or not all(curves):
+        return []
+    steps = sorted(set.intersection(*[{c["step"] for c in curve} for curve in curves]))
+    by = [{c["step"]: c for c in curve} for curve in curves]
+    return [{"step": s, "align": _mean([b[s]["align"] for b in by]), "uniform": _mean([b[s]["uniform"] for b in by])}
+            for s in steps]
+
+
 def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
     """The report's numbers for an experiment folder (see the module); x 100 throughout.
 
     Returns:
-        ``{"spec": {...}, "arms": {arm: {"label", "kind", "paper", "seeds": [{"seed", "status", "error"}],
+        ``{"spec": {..., "models": [the arms' model_name_or_path, each once]}, "arms": {arm: {"label", "kind", "paper", "seeds": [{"seed", "status", "error"}],
         "tasks": {task: {"scores": {seed: value}, "n": k, "of": S, "mean", "low", "high", "t_low", "t_high"}},
-        "costs": {...}}}, "versus": {arm: {task: {"seeds": [...], "diff", "low", "high", "p", "t_low", "t_high",
+        "costs": {...}}}, "versus": {arm: {task: {"against": the baseline or the arm's _versus, "seeds": [...], "diff", "low", "high", "p", "t_low", "t_high",
         "t_p"}}}}``.
 
     Raises:
@@ -115,6 +125,7 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
             "peak_rss_mib": _mean([r.get("train_peak_rss_mib") or r.get("peak_rss_mib") for r in records]),
             "align": _mean([r.get("align") for r in records]),
             "uniform": _mean([r.get("uniform") for r in records]),
+            "curve": _mean_curve([r.get("curve", []) for r in records]),
         }
         meta = arm_runs[0].meta
         arms[name] = {"label": meta.get("label", name), "kind": arm_runs[0].kind, "paper": meta.get("paper"),
@@ -123,22 +134,25 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
                       "tasks": tasks, "costs": costs}
     versus: dict = {}
     for name in arms:
-        if name == spec.baseline:
+        other = by_arm[name][0].meta.get("versus") or spec.baseline
+        if name == other:
             continue
         for task in ev.tasks:
-            a, b = parts.get((name, task), {}), parts.get((spec.baseline, task), {})
+            a, b = parts.get((name, task), {}), parts.get((other, task), {})
             common = [s for s in spec.seeds if s in a and s in b]
-            entry: dict = {"seeds": common, "of": len(spec.seeds)}
+            entry: dict = {"against": other, "seeds": common, "of": len(spec.seeds)}
             if common:
                 d = paired_hierarchical_bootstrap([a[s] for s in common], [b[s] for s in common], resamples,
                                                   ev.bootstrap_seed)
                 va = [arms[name]["tasks"][task]["scores"][s] for s in common]
-                vb = [arms[spec.baseline]["tasks"][task]["scores"][s] for s in common]
+                vb = [arms[other]["tasks"][task]["scores"][s] for s in common]
                 _, t_low, t_high, t_p = paired_seed_t(va, vb)
                 entry.update(diff=100 * d.diff, low=100 * d.low, high=100 * d.high, p=d.p_value, t_low=t_low,
                              t_high=t_high, t_p=t_p)
             versus.setdefault(name, {})[task] = entry
-    return {"spec": {"name": spec.name, "path": spec.path, "base": spec.base, "seeds": spec.seeds,
+    models = list(dict.fromkeys(str(r.options["model_name_or_path"]) for r in spec.runs()
+                                if r.options.get("model_name_or_path")))
+    return {"spec": {"name": spec.name, "path": spec.path, "base": spec.base, "seeds": spec.seeds, "models": models,
                      "baseline": spec.baseline, "tasks": ev.tasks, "split": ev.split, "resamples": resamples,
                      "bootstrap_seed": ev.bootstrap_seed},
             "arms": arms, "versus": versus}
@@ -153,7 +167,9 @@ def markdown(result: dict) -> str:
     spec, arms = result["spec"], result["arms"]
     split = spec["split"]
     lines = [f"# Experiment {spec['name']}", "",
-             f"Spec `{Path(spec['path']).name}`, seeds {spec['seeds']}, baseline `{spec['baseline']}`; Spearman x 100 "
+             f"Spec `{Path(spec['path']).name}`, "
+             f"model{'s' if len(spec.get('models', [])) > 1 else ''} {', '.join(f'`{m}`' for m in spec.get('models', [])) or '-'}, "
+             f"seeds {spec['seeds']}, baseline `{spec['baseline']}`; Spearman x 100 "
              f"on the {split} split. Intervals are 95%: *hierarchical* resamples the seeds, then the test pairs "
              f"within each seed ({spec['resamples']} resamples, seed {spec['bootstrap_seed']}); *t* is the plain "
              "t interval over the seeds' scores (seeds only).", ""]
@@ -171,12 +187,13 @@ def markdown(result: dict) -> str:
                          + (f" {_fmt(a['paper'], 1) if a['paper'] is not None else '-'} |" if paper else ""))
         lines.append("")
     if result["versus"]:
-        lines += [f"## Against the baseline `{spec['baseline']}` (paired by seed)", "",
-                  "| arm | task | seeds | difference | 95% hierarchical | p | 95% paired t | t p |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"## Against the baseline `{spec['baseline']}` (or the arm's `_versus`), paired by seed", "",
+                  "| arm | against | task | seeds | difference | 95% hierarchical | p | 95% paired t | t p |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for name, by_task in result["versus"].items():
             for task, e in by_task.items():
-                lines.append(f"| {arms[name]['label']} | {task} | {len(e['seeds'])} of {e['of']} seeds | "
+                lines.append(f"| {arms[name]['label']} | {arms[e['against']]['label']} | {task} | "
+                             f"{len(e['seeds'])} of {e['of']} seeds | "
                              f"{_fmt(e.get('diff'))} | [{_fmt(e.get('low'))}, {_fmt(e.get('high'))}] | "
                              f"{_fmt(e.get('p'), 3)} | [{_fmt(e.get('t_low'))}, {_fmt(e.get('t_high'))}] | "
                              f"{_fmt(e.get('t_p'), 3)} |")
@@ -232,7 +249,8 @@ def figure(result: dict, out: Path) -> Path | None:
 
 
 def geometry_figures(result: dict, folder: Path) -> list[Path]:
-    """The paper's Figure 2 (untrained -> final path of each arm in the (l_uniform, l_align) plane) and Figure 3
+    """The paper's Figure 2 (untrained -> [the runs' ``--align_uniform_every`` measurements] -> final path of
+    each arm in the (l_uniform, l_align) plane) and Figure 3
     (final models coloured by the first task's mean), from the arms' mean alignment/uniformity; needs an
     ``untrained`` arm and measured alignment (else nothing)."""
     arms = result["arms"]
@@ -245,9 +263,13 @@ def geometry_figures(result: dict, folder: Path) -> list[Path]:
     except ImportError:
         return []
     task = result["spec"]["tasks"][0]
-    runs = {a["label"]: [{"step": 0, "align": start["costs"]["align"], "uniform": start["costs"]["uniform"]},
-                         {"step": int(a["costs"]["steps"] or 1), "align": a["costs"]["align"],
-                          "uniform": a["costs"]["uniform"]}] for a in trained}
+    runs = {}
+    for a in trained:  # untrained -> [every --align_uniform_every steps] -> final
+        points = {0: {"step": 0, "align": start["costs"]["align"], "uniform": start["costs"]["uniform"]}}
+        points.update({c["step"]: c for c in a["costs"].get("curve", [])})
+        last = int(a["costs"]["steps"] or max(points) + 1)
+        points[last] = {"step": last, "align": a["costs"]["align"], "uniform": a["costs"]["uniform"]}
+        runs[a["label"]] = [points[k] for k in sorted(points)]
     pts = [start] + trained
     try:
         return [plot_training_curve(runs, folder / "training_curve.png", title="untrained -> final (means over seeds)"),

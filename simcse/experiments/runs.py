@@ -216,6 +216,15 @@ def _train_metrics(model_dir: Path) -> dict:
     return {k: train[k] for k in ("steps", "train_runtime", "train_samples_per_second") if k in train}
 
 
+def _curve(model_dir: Path) -> list[dict]:
+    """The alignment/uniformity measurements during training (``--align_uniform_every``), by step; [] without."""
+    from simcse.training.callbacks import LOG_NAME, read_align_uniform_log
+
+    if not (model_dir / LOG_NAME).is_file():
+        return []
+    return [{k: r[k] for k in ("step", "align", "uniform")} for r in read_align_uniform_log(model_dir / LOG_NAME)]
+
+
 def execute(output_dir: str | Path, run: Run, env: dict | None = None, gpus: int = 0) -> dict:
     """Train and score one run in its folder; returns the ``result.json`` record (also written).
 
@@ -226,7 +235,7 @@ def execute(output_dir: str | Path, run: Run, env: dict | None = None, gpus: int
     Returns:
         ``{"status": "done" | "failed" | "stopped", "digest", "arm", "seed", "seconds", ...}``; a done run adds
         ``spearman`` (task -> x100), ``train`` (steps, runtime, samples/s), ``peak_rss_mib``, ``align``/
-        ``uniform`` when measured; a failed run ``error`` (the log's last line) and ``returncode``.
+        ``uniform`` when measured, ``curve`` (step, align, uniform during training, ``--align_uniform_every``); a failed run ``error`` (the log's last line) and ``returncode``.
 
     Raises:
         RunConflict: the folder holds another spec's run, or another process runs it.
@@ -261,6 +270,8 @@ def execute(output_dir: str | Path, run: Run, env: dict | None = None, gpus: int
                       train=_train_metrics(model), peak_rss_mib=round(max(rss, score_rss), 1),
                       train_peak_rss_mib=round(rss, 1) or None,
                       **{k: summary[k] for k in ("align", "uniform") if k in summary})
+        if _curve(model):
+            record["curve"] = _curve(model)
         write_json_atomic(d / "result.json", record)
         return record
     finally:

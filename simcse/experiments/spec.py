@@ -20,8 +20,11 @@ Keys starting with ``_`` are comments (``_comment``) or, in an arm, metadata sho
 it (e.g. ``"global_batch_size": null`` drops the base's global batch). The runner owns ``output_dir``, ``seed``,
 ``save_on_signal`` and ``resume_from_checkpoint``; an arm that sets one is refused.
 
-Arm kinds: ``simcse`` (default; one ``simcse train`` process) and ``untrained`` (the base's model and pooler,
-scored as it is: the starting point of a gain).
+Arm kinds: ``simcse`` (default; one ``simcse train`` process), ``untrained`` (the base's model and pooler,
+scored as it is: the starting point of a gain) and ``sentence_transformers`` (sentence-transformers' own trainer
+and loss on the arm's options, :mod:`simcse.experiments.st_train`; no base, no config). An arm's ``_versus``
+names the arm it is compared with instead of the baseline (e.g. ours against sentence-transformers' on the same
+data).
 
 :func:`load_spec` checks everything it can before any run: the keys, the seeds (integers, no duplicate), the
 baseline (an arm), each arm's options against the ``simcse train`` parser (an unknown option named with its arm),
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from simcse.files.storage import write_text_atomic
 
-KINDS = ("simcse", "untrained")
+KINDS = ("simcse", "untrained", "sentence_transformers")
 RUNNER_OPTIONS = ("output_dir", "seed", "save_on_signal", "resume_from_checkpoint", "overwrite_output_dir")
 SPEC_KEYS = {"base", "options", "seeds", "arms", "baseline", "evaluation", "name", "description"}
 # signals a run saves a checkpoint on: TERM (kill, Slurm's preemption), USR1 (the runner's own request) and USR2
@@ -227,11 +230,13 @@ def _config(spec: Spec, arm: Arm) -> dict:
 
 
 def arm_meta(spec: Spec, arm: Arm) -> dict:
-    """The arm's metadata for the report: ``label`` (default the arm name) and ``paper`` (the arm's ``_paper``,
-    else its config's ``_paper_stsb_dev``, else None)."""
+    """The arm's metadata for the report: ``label`` (default the arm name), ``paper`` (the arm's ``_paper``,
+    else its config's ``_paper_stsb_dev``, else None) and ``versus`` (the arm's ``_versus``: the arm it is compared
+    with instead of the baseline, else None)."""
     cfg = _config(spec, arm) if arm.kind != "sentence_transformers" else {}
     paper = arm.meta.get("_paper", cfg.get("_paper_stsb_dev"))
-    return {"label": arm.meta.get("_label", cfg.get("_row", arm.name)), "paper": paper}
+    return {"label": arm.meta.get("_label", cfg.get("_row", arm.name)), "paper": paper,
+            "versus": arm.meta.get("_versus")}
 
 
 def resolve_options(spec: Spec, arm: Arm, seed: int) -> dict:
@@ -306,6 +311,11 @@ def parse_spec(raw: dict, path: str = "<spec>") -> Spec:
     arms = {name: _arm(path, name, value) for name, value in raw["arms"].items()}
     if raw["baseline"] not in arms:
         raise SpecError(f"spec {path}: baseline {raw['baseline']!r} is not an arm; expected one of {list(arms)}")
+    for arm in arms.values():
+        other = arm.meta.get("_versus")
+        if other is not None and (other not in arms or other == arm.name):
+            raise SpecError(f"spec {path}: arm {arm.name!r}: _versus {other!r} is not another arm; expected one of "
+                            f"{[a for a in arms if a != arm.name]}")
     needs_base = [a.name for a in arms.values() if a.kind != "sentence_transformers" and a.config is None]
     base = raw.get("base")
     if needs_base and not isinstance(base, str):
@@ -373,6 +383,56 @@ def check_options(spec: Spec) -> None:
             except SetupError as e:
                 message = str(e).replace(f"config file {str(cfg)!r}: ", "")
                 raise SpecError(f"spec {spec.path}: arm {arm.name!r}: {message}") from None
+
+
+# Files known to be unfit for a run's data need: the wiki1m sample is 10^6 unrelated sentences, not running text.
+SHUFFLED_CORPORA = ("wiki1m_for_simcse.txt",)
+CONSECUTIVE_SOURCE = ("a .txt of running text, one sentence per line in reading order, a blank line between "
+                      "documents (e.g. a Wikipedia dump through wikiextractor and a sentence splitter)")
+NEUTRAL_SOURCE = ("an NLI CSV sent0,sent1,hard_neg,neutral built from SNLI+MNLI (premise; entailment, "
+                  "contradiction and neutral hypotheses)")
+
+
+def data_problem(options: dict) -> str | None:
+    """Why a run's training file cannot serve its options, in one line, or None when it can (or is not checked).
+
+    Next-sentence positives (``positives``/``objective`` other than ``simcse``, the paper's Table 2) need
+    consecutive sentences: the shuffled wiki1m sample is refused by name; ``neutral_as_negative`` (Table 7) needs
+    a ``neutral`` column. Only the file name and the CSV header are read.
+    """
+    from simcse.files.inputs import open_bytes
+    from simcse.training.data import NEUTRAL_COLUMN
+
+    if not options.get("train_file"):
+        return None
+    path = Path(str(options["train_file"]))
+    positives = options.get("positives", options.get("objective", "simcse"))
+    if positives != "simcse" and path.name in SHUFFLED_CORPORA:
+        return (f"{positives} needs consecutive sentences, but train_file {str(path)!r} is a sample of unrelated "
+                f"sentences; give train_file {CONSECUTIVE_SOURCE}")
+    if options.get("neutral_as_negative"):
+        try:
+            with open_bytes(path) as f:
+                header = f.readline().decode("utf-8", "replace").strip()
+        except OSError as e:
+            return f"cannot read its train_file {str(path)!r}: {e.strerror or e}"
+        columns = [c.strip().strip('"') for c in header.split("\t" if path.name.endswith(".tsv") else ",")]
+        if NEUTRAL_COLUMN not in columns:
+            return (f"neutral_as_negative needs a {NEUTRAL_COLUMN!r} column, but train_file {str(path)!r} has "
+                    f"columns {columns}; give train_file {NEUTRAL_SOURCE}")
+    return None
+
+
+def check_data(spec: Spec, runs: list[Run]) -> None:
+    """Refuse, before any run starts, a run whose training file cannot serve it (:func:`data_problem`).
+
+    Raises:
+        SpecError: ``spec <file>: arm <name>: <the problem>``, the first such arm.
+    """
+    for run in runs:
+        problem = data_problem(run.options) if run.kind == "simcse" else None
+        if problem:
+            raise SpecError(f"spec {spec.path}: arm {run.arm!r}: {problem}")
 
 
 def load_spec(name_or_path: str | Path, check: bool = True) -> Spec:

@@ -129,25 +129,40 @@ def _ablation_main():
     return main
 
 
+def table3_rows(report: dict) -> list[dict]:
+    """The rows of a Table 3 experiment's report (:func:`simcse.experiments.analyse`), one per arm, means over its
+    finished seeds: ``slug``, ``name``, ``paper``, ``stsb_dev``, ``align``, ``uniform``, ``steps``, ``train_s``,
+    ``curve`` (``--align_every``) and ``error`` (the first failed seed's log line)."""
+    rows = []
+    for slug, arm in report["arms"].items():
+        stsb = arm["tasks"].get("STSBenchmark", {})
+        errors = [s["error"] for s in arm["seeds"] if s.get("error")]
+        rows.append({"slug": slug, "name": arm["label"], "paper": arm["paper"], "stsb_dev": stsb.get("mean"),
+                     "align": arm["costs"]["align"], "uniform": arm["costs"]["uniform"],
+                     "steps": arm["costs"]["steps"], "train_s": arm["costs"]["train_s"], "curve": arm["costs"]["curve"],
+                     "error": (errors[0] if errors else "no finished seed") if stsb.get("mean") is None else None})
+    return rows
+
+
 def run_table3(args, out: Path) -> dict:
-    """Table 3's rows under one budget (models saved), then the p = 0.1 model on the STS test sets."""
+    """Table 3's rows under one budget (the experiment runner, one seed), then the p = 0.1 model on the STS test
+    sets."""
     from simcse.models.modeling import SimCSEModel
 
     argv = ["--table", "3", "--model_name_or_path", args.model_name_or_path, "--output_dir", str(out / "table3"),
             "--train_file", args.train_file, "--max_steps", str(args.steps), "--per_device_train_batch_size",
-            str(args.batch_size), "--learning_rate", str(args.learning_rate), "--max_seq_length",
-            str(args.max_seq_length), "--seed", str(args.seed), "--save_models"]
+            str(args.batch_size), "--seeds", str(args.seed)]
     argv += ["--senteval_dir", args.senteval_dir] if args.senteval_dir else []
-    argv += ["--align_every", str(args.align_every)] if args.align_every else []
     argv += ["--rows", *args.table3_rows] if args.table3_rows else []
-    argv += ["--overwrite"] if args.overwrite else []
-    argv += ["--", "--bf16", "true"] if args.bf16 else []  # after "--": passed to every row's training
+    argv += ["--align_every", str(args.align_every)] if args.align_every else []
+    # after "--": every row's training options
+    argv += ["--", "--learning_rate", str(args.learning_rate), "--max_seq_length", str(args.max_seq_length)]
+    argv += ["--bf16", "true"] if args.bf16 else []
     t0 = time.time()
-    records = _ablation_main()(argv)
+    ran = _ablation_main()(argv)
     result = {"command": "python scripts/run_ablation.py " + " ".join(argv), "s": round(time.time() - t0, 1),
-              "rows": [{k: r.get(k) for k in ("slug", "name", "paper", "stsb_dev", "align", "uniform", "steps",
-                                              "train_s", "first_loss", "last_loss", "curve", "error")} for r in records]}
-    unsup_dir = out / "table3" / "runs" / "p0.1"
+              "rows": table3_rows(ran["report"]) if ran.get("report") else []}
+    unsup_dir = out / "table3" / "runs" / "p0.1" / f"seed{args.seed}" / "model"
     if (unsup_dir / "config.json").is_file():
         model = SimCSEModel.from_pretrained(str(unsup_dir)).eval()
         result["unsup"] = sts_scores(_encoder(model), args.sts_tasks, args.senteval_dir)

@@ -351,6 +351,12 @@ def _trainer(model, model_args, data_args, training_args, ds, train_rows, object
         )
     except ValueError as e:
         raise SetupError(str(e)) from e
+    if training_args.align_uniform_every:
+        from simcse.training.callbacks import LOG_NAME, AlignUniformCallback
+
+        AlignUniformCallback.attach(trainer, every_n_steps=training_args.align_uniform_every,
+                                    data_dir=data_args.senteval_dir, at_start=False,
+                                    log_file=os.path.join(training_args.output_dir, LOG_NAME))
     return trainer
 
 

@@ -75,6 +75,12 @@ class SimCSETrainingArguments(TrainingArguments):
                           "exits with status 75. SLURM sends TERM (or USR1 with --signal) before preempting a job. "
                           "'none': signals keep their default effect."})
 
+    align_uniform_every: int = field(
+        default=0,
+        metadata={"help": "Measure l_align / l_uniform on STS-B dev every N optimisation steps (the paper's Figure 2 "
+                          "trajectories; each measurement encodes STS-B dev once) into "
+                          "<output_dir>/align_uniform.jsonl. 0: never."})
+
     def __post_init__(self, overwrite_output_dir: bool = False):
         from simcse.training.callbacks import parse_signals
         from simcse.training.precision import resolve_precision
@@ -107,6 +113,7 @@ class SimCSETrainingArguments(TrainingArguments):
         check_number(self.adam_epsilon, "--adam_epsilon", 0)
         check_number(self.warmup_steps, "--warmup_steps", 0)
         check_int(self.gradient_accumulation_steps, "--gradient_accumulation_steps")
+        check_int(self.align_uniform_every, "--align_uniform_every", 0)
         check_int(self.per_device_train_batch_size, "--per_device_train_batch_size", allow_none=True)
         check_int(self.per_device_eval_batch_size, "--per_device_eval_batch_size")
         check_int(self.global_batch_size, "--global_batch_size", allow_none=True)

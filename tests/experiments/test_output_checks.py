@@ -10,9 +10,6 @@ from experiment_world import tiny_world, write_spec  # noqa: F401  (fixture)
 from simcse.experiments import main
 
 
-# The runner today raises FileExistsError / NotADirectoryError from out.mkdir (before any run, but as a
-# traceback): strict, so this fails as soon as the runner checks its --output_dir, and the mark comes off then.
-@pytest.mark.xfail(strict=True, reason="simcse.experiments.run_experiment does not yet check --output_dir in one line")
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_an_output_dir_that_cannot_be_a_folder_is_one_line_before_any_run(tmp_path, tiny_world, capsys, where):
     spec = write_spec(tmp_path, tiny_world)
@@ -25,3 +22,46 @@ def test_an_output_dir_that_cannot_be_a_folder_is_one_line_before_any_run(tmp_pa
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "output_dir" in lines[0], err
     assert blocker.read_text() == "not a folder\n"
+
+
+def test_missing_parent_folders_are_fine_and_nothing_is_created_by_the_check(tmp_path):
+    from simcse.experiments.experiment import check_output_dir
+
+    out = tmp_path / "a" / "b" / "exp"
+    assert check_output_dir(out) == out
+    assert not (tmp_path / "a").exists()
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_a_folder_trained_with_other_settings_is_refused_not_reused(tmp_path, tiny_world, capsys, monkeypatch):
+    from simcse.experiments import load_spec
+    from simcse.experiments import runs as R
+
+    out = tmp_path / "out"
+    for run in load_spec(write_spec(tmp_path, tiny_world)).runs():
+        R.prepare(out, run)  # the folders of a grid run with learning rate 1e-3 for arm b
+    monkeypatch.setattr(R, "execute", lambda *a, **k: pytest.fail("a run started"))
+    changed = write_spec(tmp_path, tiny_world, arms={"a": {}, "b": {"learning_rate": 2e-3}})
+    assert main(["run", str(changed), "--output_dir", str(out), "--no_report"]) == 2
+    line = _one_error_line(capsys)
+    assert "runs/b/seed1 holds a run of another spec (options.learning_rate: 0.001 -> 0.002)" in line
+
+
+def test_next_sentence_arm_on_the_shuffled_sample_is_refused_before_any_run(tmp_path, tiny_world, capsys, monkeypatch):
+    from simcse.experiments import runs as R
+
+    wiki = tmp_path / "wiki1m_for_simcse.txt"
+    wiki.write_text("one.\ntwo.\nthree.\n")
+    monkeypatch.setattr(R, "execute", lambda *a, **k: pytest.fail("a run started"))
+    spec = write_spec(tmp_path, tiny_world, arms={"a": {}, "ns": {"objective": "next_sentence", "train_file": str(wiki)}})
+    out = tmp_path / "out"
+    assert main(["run", str(spec), "--output_dir", str(out), "--no_report"]) == 2
+    line = _one_error_line(capsys)
+    assert "arm 'ns': next_sentence needs consecutive sentences" in line and "reading order" in line
+    assert not out.exists()

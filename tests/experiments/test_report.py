@@ -44,8 +44,10 @@ def test_failed_seed_is_named_and_not_averaged(tmp_path, tiny_world):
     assert b["low"] <= b["mean"] <= b["high"]
     text = (out / "report.md").read_text()
     assert "| b | 2 of 3 seeds | 1: " in text and "3: -" in text
+    assert f"model `{tiny_world / 'tiny'}`," in text  # the model the runs started from, not a fixed name
     assert "- b seed 3: failed: error: boom at step 2" in text
     versus = rep["versus"]["b"]["STSBenchmark"]
+    assert versus["against"] == "a"
     assert versus["seeds"] == [1, 2]  # paired on the seeds both arms finished
     expected = np.mean([truth[("b", s)] - truth[("a", s)] for s in (1, 2)])
     assert versus["diff"] == pytest.approx(expected, abs=1e-6)
@@ -60,3 +62,22 @@ def test_report_of_a_folder_without_spec(tmp_path):
 
     with pytest.raises(SpecError, match="no spec.json"):
         write_report(tmp_path)
+
+
+def test_an_arms_versus_replaces_the_baseline_in_its_comparison(tmp_path, tiny_world):
+    spec = load_spec(write_spec(tmp_path, tiny_world, seeds=[1, 2],
+                                arms={"a": {}, "b": {"learning_rate": 1e-3, "_versus": "c"}, "c": {"learning_rate": 2e-3}}))
+    out = tmp_path / "out"
+    truth = fabricate(out, spec, {"a": 1.0, "b": 0.5, "c": 0.5}, failed=set())
+    rep = write_report(out)
+    assert rep["versus"]["b"]["STSBenchmark"]["against"] == "c" and rep["versus"]["c"]["STSBenchmark"]["against"] == "a"
+    expected = np.mean([truth[("b", s)] - truth[("c", s)] for s in (1, 2)])
+    assert rep["versus"]["b"]["STSBenchmark"]["diff"] == pytest.approx(expected, abs=1e-6)
+    assert "| b | c | STSBenchmark | 2 of 2 seeds |" in (out / "report.md").read_text()
+
+
+def test_versus_must_name_another_arm(tmp_path, tiny_world):
+    from simcse.experiments import SpecError
+
+    with pytest.raises(SpecError, match=r"arm 'b': _versus 'zz' is not another arm; expected one of \['a'\]"):
+        load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "b": {"_versus": "zz"}}))

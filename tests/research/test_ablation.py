@@ -220,56 +220,82 @@ def _runner():
     return simcse.research.ablation
 
 
-def test_every_ablation_config_parses(tmp_path, tiny_bert_dir, train_txt):
+def test_every_ablation_config_is_an_arm_of_its_tables_spec(tmp_path, tiny_bert_dir, train_txt):
+    """Every configs/ablations/table<T>_<row>.json is an arm of the packaged spec ablation_table<T>, each parses as
+    simcse train options and carries the paper's number; Table 3's rows are in the paper's order."""
+    from simcse.experiments.spec import arm_meta, parse_spec
+
     ra = _runner()
     nli = write_csv(tmp_path / "nli.csv", ["sent0", "sent1", "hard_neg"], [["a", "b", "c"]])
     n = 0
     for table in ra.TABLES:
-        for row in ra.load_rows(table):
-            cfg = dict(row["config"], model_name_or_path=str(tiny_bert_dir), output_dir=str(tmp_path / "o"))
-            cfg["train_file"] = str(nli if cfg["train_file"].endswith(".csv") else train_txt)
+        raw = ra.table_spec_raw(table)
+        spec = parse_spec(raw, f"ablation_table{table}")
+        for name, arm in spec.arms.items():
+            if arm.kind == "untrained":
+                continue
+            assert arm.config == f"ablations/table{table}_{name}"
+            cfg = {k: v for k, v in json.loads((REPO / "configs" / f"{arm.config}.json").read_text()).items()
+                   if not k.startswith("_") and k != "base"}
+            cfg.update(model_name_or_path=str(tiny_bert_dir), output_dir=str(tmp_path / "o"))
+            cfg["train_file"] = str(nli if str(arm.options.get("train_file", "")).endswith(".csv") else train_txt)
             argv = [x for k, v in cfg.items() for x in (f"--{k}", str(v))]
             train_mod.parse_args(argv)  # every key is a known, valid argument
-            assert isinstance(row["paper"], float) and row["name"]
+            meta = arm_meta(spec, arm)
+            assert isinstance(meta["paper"], float) and meta["label"]
             n += 1
     assert n == len(list((REPO / "configs" / "ablations").glob("table*.json")))
-    t3 = ra.load_rows("3")
-    assert [r["slug"] for r in t3] == ["p0.0", "p0.01", "p0.05", "p0.1", "p0.15", "p0.2", "p0.5", "fixed0.1"]
-    assert [r["paper"] for r in t3] == [71.1, 72.6, 81.1, 82.5, 81.4, 80.5, 71.0, 43.6]
+    t3 = ra.table_spec_raw("3")["arms"]
+    assert list(t3) == ["untrained", "p0.0", "p0.01", "p0.05", "p0.1", "p0.15", "p0.2", "p0.5", "fixed0.1"]
+    spec = parse_spec(ra.table_spec_raw("3"), "t3")
+    assert [arm_meta(spec, a)["paper"] for a in spec.arms.values()][1:] == [71.1, 72.6, 81.1, 82.5, 81.4, 80.5,
+                                                                           71.0, 43.6]
     with pytest.raises(ValueError, match="unknown row"):
-        ra.select_rows(t3, ["p0.3"])
+        ra.table_spec("3", rows=["p0.3"])
 
 
 def test_stsb_dev_of_the_runner_matches_the_trainer_evaluation(tmp_path, tiny_bert_dir):
+    """The runner's scorer (simcse.experiments.score) on STS-B dev equals the trainer's eval_stsb_spearman, and
+    measures alignment and uniformity from the same encoding."""
     from simcse.evaluation import evaluate_sts_dev
+    from simcse.experiments.score import score
     from simcse.models.modeling import SimCSEModel
 
     data = write_senteval(tmp_path / "downstream")
     model = SimCSEModel.from_pretrained(tiny_bert_dir, pooler_type="cls_before_pooler")
-    ours = _runner().evaluate_stsb_dev(model, str(data))
+    _, ours = score(model, ["STSBenchmark"], "dev", str(data), alignment=True)
     ref = evaluate_sts_dev(model.encode, str(data))["stsb_spearman"]
-    assert ours["stsb_dev"] == pytest.approx(100 * ref, abs=1e-9)
+    assert ours["spearman"]["STSBenchmark"] == pytest.approx(100 * ref, abs=1e-9)
     assert 0 <= ours["align"] <= 4 and ours["uniform"] <= 0
 
 
-def test_run_ablation_end_to_end_writes_table_and_plots(tmp_path, tiny_bert_dir, train_txt, capsys):
+@pytest.mark.slow
+def test_run_ablation_end_to_end_writes_the_report_and_figures(tmp_path, tiny_bert_dir, train_txt, capsys):
+    """scripts/run_ablation.py --table 3 on a tiny model: the untrained model and two rows through the experiment
+    runner; the report has the paper's number beside ours, alignment/uniformity, and Figures 2 and 3; a rerun
+    trains nothing."""
     data = write_senteval(tmp_path / "downstream")
     out = tmp_path / "abl"
     argv = ["--table", "3", "--rows", "p0.0", "fixed0.1", "--model_name_or_path", str(tiny_bert_dir),
             "--train_file", str(train_txt), "--senteval_dir", str(data), "--max_steps", "2",
-            "--per_device_train_batch_size", "8", "--output_dir", str(out)]
-    records = _runner().main(argv + ["--align_every", "1"])
-    assert [r["slug"] for r in records] == ["untrained", "p0.0", "fixed0.1"]
-    summary = json.loads((out / "table3.json").read_text())
-    assert [r["slug"] for r in summary["rows"]] == ["untrained", "p0.0", "fixed0.1"]
-    for r in summary["rows"][1:]:
-        assert r["steps"] == 2 and np.isfinite(r["stsb_dev"]) and "--dropout" in r["argv"]
-        assert [c["step"] for c in r["curve"]] == [1, 2]
-        assert r["curve"][-1]["align"] == pytest.approx(r["align"]) and r["curve"][-1]["uniform"] == pytest.approx(r["uniform"])
-    for png in ("table3_training_curve.png", "table3_align_uniform.png"):
+            "--per_device_train_batch_size", "8", "--seeds", "42", "--output_dir", str(out)]
+    res = _runner().main(argv + ["--align_every", "1"])
+    assert sorted(res["results"]) == ["fixed0.1/seed42", "p0.0/seed42", "untrained/seed42"]
+    assert all(r["status"] == "done" for r in res["results"].values())
+    report = json.loads((out / "report.json").read_text())
+    for arm in ("p0.0", "fixed0.1"):
+        a = report["arms"][arm]
+        assert a["costs"]["steps"] == 2 and np.isfinite(a["tasks"]["STSBenchmark"]["mean"])
+        assert 0 <= a["costs"]["align"] <= 4 and a["costs"]["uniform"] <= 0
+        options = json.loads((out / "runs" / arm / "seed42" / "config.json").read_text())
+        assert options["per_device_train_batch_size"] == 8 and options["max_train_samples"] == 16
+        assert [c["step"] for c in a["costs"]["curve"]] == [1, 2]  # --align_every 1
+        assert a["costs"]["curve"][-1]["align"] == pytest.approx(a["costs"]["align"], abs=1e-4)
+    assert report["arms"]["p0.0"]["paper"] == 71.1 and report["spec"]["models"] == [str(tiny_bert_dir)]
+    text = (out / "report.md").read_text()
+    assert "| p = 0.0 | 1 of 1 seeds |" in text and "| 71.1 |" in text and "| 43.6 |" in text
+    for png in ("training_curve.png", "align_uniform.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    printed = capsys.readouterr().out
-    assert "| p = 0.0 | 71.1 |" in printed and "| fixed 0.1 | 43.6 |" in printed
-    again = _runner().main(argv)  # finished rows are read back, not retrained
-    assert [r["stsb_dev"] for r in again] == [r["stsb_dev"] for r in records]
-    assert "done before" in capsys.readouterr().out
+    again = _runner().main(argv + ["--align_every", "1"])  # finished rows are read back, not retrained
+    assert again["results"] == {}
+    assert "3 done before, 0 to run" in capsys.readouterr().out

@@ -79,7 +79,7 @@ def test_tiny_reproduction_writes_every_part(tiny_run):
     assert list(spec) == ["raw, cls_before_pooler", "raw, avg", "unsup SimCSE", "sup SimCSE"]
     assert all(-1 <= r["avg_cosine"] <= 1 and 0 <= r["sv2_over_sv1"] <= 1 for r in spec.values())
     assert (out / "spectrum.png").read_bytes()[:4] == b"\x89PNG"
-    assert (out / "table3" / "table3_training_curve.png").is_file()
+    assert (out / "table3" / "training_curve.png").is_file()
     summary = (out / "summary.md").read_text()
     assert "| p = 0.1 | 82.5 |" in summary and "| fixed 0.1 | 43.6 |" in summary
     assert "| raw, avg_first_last |" in summary and summary.count("| 76.25 |") == 1

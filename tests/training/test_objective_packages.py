@@ -111,7 +111,7 @@ def test_the_ablation_runner_and_the_methods_benchmark_train_it(on_path, monkeyp
     JSON object as JSON."""
     from conftest import load_script
     from scripts.benchmarks import methods as bench
-    from simcse.research.ablation import row_argv
+    from simcse.research.ablation import _pairs
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PKG), os.environ.get("PYTHONPATH", "")]))
     corpus = write_corpus(tmp_path)
@@ -123,21 +123,16 @@ def test_the_ablation_runner_and_the_methods_benchmark_train_it(on_path, monkeyp
         bench.method_options("no_such")
 
     data = write_senteval(tmp_path / "downstream")
-    records = load_script("run_ablation", "simcse_run_ablation").main(
+    out = tmp_path / "abl"
+    res = load_script("run_ablation", "simcse_run_ablation").main(
         ["--table", "3", "--rows", "p0.1", "--model_name_or_path", str(tiny_bert_dir), "--train_file", str(corpus),
          "--senteval_dir", str(data), "--max_steps", "2", "--per_device_train_batch_size", "8", "--no_baseline",
-         "--output_dir", str(tmp_path / "abl"), "--", "--loss", "dcl", "--loss_args", '{"temp_lr": 0.001}'])
-    assert records[0]["steps"] == 2 and "dcl" in records[0]["argv"]
-
-    class Opts:
-        model_name_or_path = senteval_dir = None
-        paper_scale, per_device_train_batch_size, train_args = True, None, []
-        max_steps = max_train_samples = learning_rate = seed = max_seq_length = per_device_eval_batch_size = None
-        train_file, sup_train_file = str(corpus), None
-
-    row = {"slug": "x", "config": {"loss": "simcse_dcl.dcl:DCL", "loss_args": {"temp_lr": 0.001}}}
-    argv = row_argv(row, Opts(), tmp_path / "x")
-    assert argv[argv.index("--loss_args") + 1] == '{"temp_lr": 0.001}'
+         "--seeds", "42", "--output_dir", str(out), "--", "--loss", "dcl", "--loss_args", '{"temp_lr": 0.001}'])
+    assert res["results"]["p0.1/seed42"]["train"]["steps"] == 2
+    options = json.loads((out / "runs" / "p0.1" / "seed42" / "config.json").read_text())
+    assert options["loss"] == "dcl" and options["loss_args"] == {"temp_lr": 0.001}  # the JSON object stays JSON
+    assert _pairs(["--loss", "simcse_dcl.dcl:DCL", "--loss_args", '{"temp_lr": 0.001}']) == {
+        "loss": "simcse_dcl.dcl:DCL", "loss_args": {"temp_lr": 0.001}}
 
 
 @pytest.mark.parametrize("wrap", [["--fixed_dropout", "true"],
