@@ -1,7 +1,7 @@
-"""scripts/benchmarks/family.py: its rows are the family's CPU configs at the unsupervised default's budget, it reads
-the training log's lines, builds the table from `simcse evaluate`'s JSON, refuses bad input and a busy machine before
-training, and (slow) trains and scores two methods with a tiny model end to end (the real run is a measurement:
-docs/methods.md)."""
+"""scripts/benchmarks/family.py, a thin entry over the experiment runner: its arms are the family's CPU configs at
+the unsupervised default's budget, its options land in every run's options, bad input and a busy machine are
+refused before training, and (slow) two methods train and are reported end to end with a tiny model (the real
+run is a measurement: docs/methods.md)."""
 from __future__ import annotations
 
 import json
@@ -11,87 +11,69 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmarks import family as bench
+from simcse.experiments import parse_spec
+from simcse.experiments import runs as R
 from simcse.training.config import load_config
 from conftest import random_sentences, write_senteval
 
 REPO = Path(__file__).resolve().parents[2]
 SAME_BUDGET = ("model_name_or_path", "train_file", "max_steps", "max_train_samples", "per_device_train_batch_size",
-               "learning_rate", "max_seq_length", "seed", "eval_steps", "bf16")
+               "learning_rate", "max_seq_length", "eval_steps", "bf16")
 
 
-def test_rows_are_every_family_cpu_config_at_the_unsupervised_budget():
+def test_arms_are_every_family_cpu_config_at_the_unsupervised_budget():
     family = sorted(p.name for p in (REPO / "configs").glob("*_cpu_minilm.json")
                     if not p.name.startswith(("unsup_", "sup_")))
-    assert sorted(Path(c).name for m, c in bench.CONFIGS.items() if m != "simcse") == family
-    assert bench.CONFIGS["simcse"] == "configs/unsup_cpu_minilm.json" and list(bench.CONFIGS)[0] == "simcse"
-    base = load_config(REPO / bench.CONFIGS["simcse"])
+    raw = bench.family_spec()
+    assert sorted(f"{a['config']}.json" for m, a in raw["arms"].items() if m != "simcse") == family
+    assert raw["base"] == "unsup_cpu_minilm" and bench.methods()[0] == "simcse" == raw["baseline"]
+    base = load_config(REPO / "configs" / "unsup_cpu_minilm.json")
     assert base["max_steps"] == 150 and base["per_device_train_batch_size"] == 64
-    for method, config in bench.CONFIGS.items():
-        cfg = load_config(REPO / config)
-        assert {k: cfg.get(k) for k in SAME_BUDGET} == {k: base[k] for k in SAME_BUDGET}, method
-        assert (cfg.get("loss", "infonce") == "infonce") == (method == "simcse")
+    runs = {r.arm: r.options for r in parse_spec(raw, "family").runs() if r.seed == raw["seeds"][0]}
+    for method, options in runs.items():
+        assert {k: options.get(k) for k in SAME_BUDGET} == {k: base[k] for k in SAME_BUDGET}, method
+        assert (options.get("loss", "infonce") == "infonce") == (method == "simcse")
+    assert raw["seeds"] == [42, 1, 2] and raw["evaluation"]["alignment"] is True
 
 
-def test_log_numbers_read_the_runs_lines(tmp_path):
-    log = tmp_path / "m.log"
-    log.write_text(
-        "[simcse] --bf16 auto: CPU has avx512_bf16 -> bf16 autocast\n"
-        "[simcse] before training (dev; the starting model with pooler avg): eval_stsb_spearman=0.8672 "
-        "eval_sickr_spearman=0.7980 eval_avg_sts=0.8326\n"
-        "[simcse] trained 150 steps in 508 s (18.9 training examples/s, 0.295 steps/s)\n"
-        "[simcse] after training (dev): final_stsb_spearman=0.8726 final_sickr_spearman=0.7783 final_avg_sts=0.8254\n",
-        encoding="utf-8")
-    assert bench.log_numbers(log) == {"dev_before": 0.8672, "dev_after": 0.8726, "steps": 150, "train_s": 508}
-    log.write_text("[simcse] trained 1 steps (steps 3-3, resumed from step 2) in 12 s (...)\n", encoding="utf-8")
-    assert bench.log_numbers(log) == {"dev_before": None, "dev_after": None, "steps": 1, "train_s": 12}
+def test_the_commands_settings_reach_every_run():
+    raw = bench.family_spec(["mixcse"], max_steps=20, model="my-model", train_file="my.txt", seeds=[7],
+                            tasks=["STSBenchmark"], bootstrap=50)
+    runs = parse_spec(raw, "family").runs()
+    assert [r.key for r in runs] == ["simcse/seed7", "mixcse/seed7"]  # SimCSE, the baseline, always kept
+    for r in runs:
+        assert (r.options["max_steps"], r.options["max_train_samples"]) == (20, 20 * 64)
+        assert (r.options["model_name_or_path"], r.options["train_file"], r.options["seed"]) == ("my-model", "my.txt", 7)
+    assert raw["evaluation"]["tasks"] == ["STSBenchmark"] and raw["evaluation"]["bootstrap"] == 50
 
 
-def _eval_json(score, low, high, diff=None):
-    """The parts of `simcse evaluate --output_json` the table reads, written by hand in its shape."""
-    out = {"tables": {"sts": {"STSBenchmark": score, "SICKRelatedness": score - 5}},
-           "bootstrap": {"resamples": 1000, "seed": 1111, "confidence": 0.95,
-                         "intervals": {"STSBenchmark": [low, high], "SICKRelatedness": [low - 5, high - 5]}}}
-    if diff is not None:
-        row = {"a": score, "b": score - diff, "diff": diff, "low": diff - 0.4, "high": diff + 0.3, "p_value": 0.0123}
-        out["comparison"] = {"other_model": "x", "tasks": {"STSBenchmark": row, "SICKRelatedness": row}}
-    return out
-
-
-def test_table_rows_carry_intervals_and_the_difference_with_simcse():
-    logged = {"dev_before": 0.8672, "dev_after": 0.8726, "steps": 150, "train_s": 600}
-    results = [bench.rows("simcse", _eval_json(82.88, 80.91, 84.6), logged, bench.TASKS),
-               bench.rows("esimcse", _eval_json(83.5, 81.6, 85.2, diff=0.62), {**logged, "train_s": 900}, bench.TASKS)]
-    table = bench.format_table(results, bench.TASKS).splitlines()
-    assert table[0] == ("| method | STS-B test | STS-B - SimCSE | p | SICK-R test | SICK-R - SimCSE | p | "
-                        "STS-B dev before / after | steps | train s | s/step |")
-    assert table[2] == "| simcse | 82.88 [80.91, 84.60] |  |  | 77.88 [75.91, 79.60] |  |  | 86.72 / 87.26 | 150 | 600 | 4.00 |"
-    assert table[3] == ("| esimcse | 83.50 [81.60, 85.20] | +0.62 [+0.22, +0.92] | 0.012 | 78.50 [76.60, 80.20] | "
-                        "+0.62 [+0.22, +0.92] | 0.012 | 86.72 / 87.26 | 150 | 900 | 6.00 |")
-
-
-def test_bad_input_is_refused_before_anything_trains(tmp_path, capsys):
+def test_bad_input_is_refused_before_anything_trains(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(R, "execute", lambda *a, **k: pytest.fail("trained on bad input"))
     with pytest.raises(SystemExit):
-        bench.main(["--methods", "nosuch", "--output_root", str(tmp_path / "a")])
+        bench.main(["--methods", "nosuch", "--output_dir", str(tmp_path / "a")])
     assert "invalid choice: 'nosuch'" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match=r"--tasks MR: not STS tasks"):
-        bench.main(["--tasks", "STSBenchmark", "MR", "--output_root", str(tmp_path / "b")])
+    with pytest.raises(SystemExit, match=r"^error: .*evaluation.tasks: \['MR'\] are not STS tasks"):
+        bench.main(["--tasks", "STSBenchmark", "MR", "--output_dir", str(tmp_path / "b")])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit, match=r"^error: --output_dir .* is under .*, which is a file"):
+        bench.main(["--output_dir", str(tmp_path / "file" / "family")])
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_busy_machine_is_refused_before_training(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 2.5, 2.5))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(bench, "train", lambda *a: pytest.fail("trained on a busy machine"))
+    monkeypatch.setattr(R, "execute", lambda *a, **k: pytest.fail("trained on a busy machine"))
     with pytest.raises(SystemExit, match=r"the machine is busy \(1-minute load average 2.50 on 2 CPUs\)"):
-        bench.main(["--output_root", str(tmp_path)])
-    assert capsys.readouterr().out == "load 2.50 (1-minute average) on 2 CPUs\n"
+        bench.main(["--output_dir", str(tmp_path)])
+    assert capsys.readouterr().out.endswith("load 2.50 (1-minute average) on 2 CPUs\n")
 
 
 @pytest.mark.slow
-def test_two_methods_train_and_score_end_to_end(tmp_path, monkeypatch, capsys):
-    """SimCSE and MixCSE, 2 steps each of a tiny encoder on a fake SentEval folder (busy machine allowed): both
-    folders trained through the example script, scored with intervals, MixCSE compared with SimCSE on the same pairs;
-    --reuse then scores without training."""
+def test_two_methods_train_and_are_reported_end_to_end(tmp_path, monkeypatch, capsys):
+    """SimCSE and MixCSE, 2 steps each of a tiny encoder on a fake SentEval folder, one seed (busy machine
+    allowed): both trained and scored by the runner, MixCSE against SimCSE paired by seed, the report naming the
+    model; a rerun trains nothing."""
     from simcse.models.testing import tiny_encoder
 
     model = tiny_encoder(tmp_path / "model")
@@ -100,22 +82,22 @@ def test_two_methods_train_and_score_end_to_end(tmp_path, monkeypatch, capsys):
     train.write_text("\n".join(random_sentences(200)) + "\n", encoding="utf-8")
     monkeypatch.setenv("SIMCSE_SENTEVAL_DIR", str(tmp_path / "senteval"))
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    out = tmp_path / "runs"
     argv = ["--methods", "mixcse", "--max_steps", "2", "--model", str(model), "--train_file", str(train),
-            "--output_root", str(tmp_path / "runs"), "--bootstrap", "50", "--allow_busy",
-            "--output_json", str(tmp_path / "family.json")]
-    results = bench.main(argv)
-    out = capsys.readouterr().out
-    assert "WARNING: BUSY MACHINE" in out and "BUSY MACHINE at the start: timings not comparable" in out
-    assert [r["method"] for r in results] == ["simcse", "mixcse"]
-    for r in results:
-        assert r["steps"] == 2 and r["train_s"] is not None and r["dev_before"] is not None
-        for cell in r["tasks"].values():
-            assert cell["low"] <= cell["score"] <= cell["high"]
-    assert "vs_simcse" not in results[0]["tasks"]["STSBenchmark"]
-    d = results[1]["tasks"]["STSBenchmark"]["vs_simcse"]
-    assert d["a"] == pytest.approx(results[1]["tasks"]["STSBenchmark"]["score"], abs=0.011)
-    assert d["b"] == pytest.approx(results[0]["tasks"]["STSBenchmark"]["score"], abs=0.011)
-    assert json.loads((tmp_path / "family.json").read_text())["results"] == results
-    assert "| mixcse | " in out and "2 run(s) trained" in out
-    monkeypatch.setattr(bench, "train", lambda *a: pytest.fail("--reuse trained again"))
-    assert bench.main([*argv, "--reuse"]) == results
+            "--seeds", "42", "--output_dir", str(out), "--bootstrap", "50", "--allow_busy"]
+    res = bench.main(argv)
+    assert "WARNING: BUSY MACHINE" in capsys.readouterr().out
+    assert sorted(res["results"]) == ["mixcse/seed42", "simcse/seed42"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["spec"]["models"] == [str(model)]
+    for arm in report["arms"].values():
+        assert arm["costs"]["steps"] == 2 and arm["costs"]["examples_per_s"] > 0 and arm["costs"]["peak_rss_mib"] > 0
+        e = arm["tasks"]["STSBenchmark"]
+        assert e["n"] == 1 and e["low"] <= e["mean"] <= e["high"]
+    d = report["versus"]["mixcse"]["STSBenchmark"]
+    assert d["seeds"] == [42]
+    assert d["diff"] == pytest.approx(report["arms"]["mixcse"]["tasks"]["STSBenchmark"]["mean"]
+                                      - report["arms"]["simcse"]["tasks"]["STSBenchmark"]["mean"], abs=1e-6)
+    assert f"model `{model}`" in (out / "report.md").read_text()
+    monkeypatch.setattr(R, "execute", lambda *a, **k: pytest.fail("the rerun trained again"))
+    assert bench.main(argv)["results"] == {}
