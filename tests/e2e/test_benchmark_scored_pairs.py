@@ -1,6 +1,7 @@
-"""scripts/benchmarks/scored_pairs.py: the rows it trains (one epoch, --steps, --max_rows, --nli_rows, the
-warm-up), the idle-machine guard, and a smoke run of every row with a tiny model on a fake SentEval folder whose
-table carries intervals and the ours - theirs comparison (the real run is a measurement: docs/methods_scored.md)."""
+"""scripts/benchmarks/scored_pairs.py, a thin entry over the experiment runner with a sentence-transformers arm kind:
+the rows it trains (one epoch, --steps, --max_rows, --nli_rows, the warm-up) the same on both sides, the
+idle-machine guard, and a smoke run of CoSENT and supervised with a tiny model on a fake SentEval folder whose
+report compares ours with theirs by seed (the real run is a measurement: docs/methods_scored.md)."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,8 @@ import pytest
 
 from scripts.benchmarks import common
 from scripts.benchmarks import scored_pairs as bench
+from simcse.experiments import parse_spec
+from simcse.experiments import runs as R
 from conftest import random_sentences, write_senteval
 
 
@@ -28,25 +31,38 @@ def fake_data(tmp_path_factory):
     return root
 
 
-def _args(fake_data, **kw) -> argparse.Namespace:
-    base = dict(steps=None, epochs=1, max_rows=None, nli_rows=None, batch_size=4, data_dir=str(fake_data / "senteval"),
-                nli_file=str(fake_data / "nli.csv"))
-    return argparse.Namespace(**{**base, **kw})
-
-
-def test_one_epoch_is_rows_over_batch_and_steps_override(fake_data):
-    rows, steps = bench.plan_rows("cosent", _args(fake_data, batch_size=5))
-    assert (len(rows), steps) == (10, 2)  # 12 pairs // 5: the last 2 left out, as in a drop-last epoch
-    rows, steps = bench.plan_rows("supervised", _args(fake_data))
-    assert (len(rows), steps, len(rows[0])) == (28, 7, 3)
-    assert bench.plan_rows("supervised", _args(fake_data, nli_rows=9))[1] == 2
-    assert bench.plan_rows("matryoshka", _args(fake_data, max_rows=8, epochs=3))[1] == 6
-    rows, steps = bench.plan_rows("angle", _args(fake_data, steps=2))
-    assert (len(rows), steps) == (8, 2)
-    with pytest.raises(SystemExit, match="cosent has 12 rows, need 16"):
-        bench.plan_rows("cosent", _args(fake_data, steps=4))
+def test_one_epoch_is_rows_over_batch_and_steps_override():
+    assert bench.plan_steps(12, 5) == (10, 2)  # 12 pairs // 5: the last 2 left out, as in a drop-last epoch
+    assert bench.plan_steps(30, 4) == (28, 7)
+    assert bench.plan_steps(9, 4) == (8, 2)
+    assert bench.plan_steps(8, 4, epochs=3) == (8, 6)
+    assert bench.plan_steps(12, 4, steps=2) == (8, 2)
+    with pytest.raises(ValueError, match="12 rows, need 16"):
+        bench.plan_steps(12, 4, steps=4)
     assert [bench.warmup_steps(n, 0.1) for n in (1, 10, 11, 359)] == [1, 1, 2, 36]  # HF's ceil rule
     assert bench.warmup_steps(10, 0.0) == 0
+
+
+def test_both_sides_of_a_row_train_on_the_same_rows_and_settings(fake_data, tmp_path):
+    from simcse.training.scored_pairs import write_scored_pairs
+
+    stsb = write_scored_pairs("stsb_train", tmp_path / "stsb.csv", fake_data / "senteval")
+    raw = bench.scored_pairs_spec(list(bench.RUNS), str(stsb), str(fake_data / "nli.csv"), model="m", seeds=[3],
+                                  batch_size=4, nli_rows=9)
+    assert list(raw["arms"]) == ["start", "cosent", "cosent_st", "angle", "angle_st", "matryoshka", "matryoshka_st",
+                                 "supervised", "supervised_st"]
+    rows = {"cosent": (12, stsb), "angle": (12, stsb), "matryoshka": (8, fake_data / "nli.csv"),
+            "supervised": (8, fake_data / "nli.csv")}  # 12 pairs // 4; 9 of the 30 triplets // 4
+    runs = {r.arm: r for r in parse_spec(raw, "x").runs()}
+    for run, (n, path) in rows.items():
+        ours, theirs = runs[run], runs[f"{run}_st"]
+        assert theirs.kind == "sentence_transformers" and raw["arms"][run]["_versus"] == f"{run}_st"
+        for key, value in {"train_file": str(path), "max_train_samples": n, "per_device_train_batch_size": 4,
+                           "warmup_steps": 1, "learning_rate": 5e-5, "max_seq_length": 32,
+                           "model_name_or_path": "m", "seed": 3}.items():
+            assert ours.options[key] == theirs.options[key] == value, (run, key)
+    assert runs["cosent_st"].options["loss"] == "CoSENTLoss" and runs["cosent"].options["loss"] == "cosent"
+    assert runs["matryoshka_st"].options["loss_args"]["matryoshka_dims"] == list(bench.DIMS)
 
 
 def test_bad_runs_are_refused_before_anything_runs(capsys):
@@ -60,13 +76,15 @@ def _load(monkeypatch, load: float, cpus: int = 2):
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
 
 
-def test_busy_machine_is_refused_in_one_line(monkeypatch, capsys, fake_data):
+def test_busy_machine_is_refused_in_one_line(monkeypatch, capsys, fake_data, tmp_path):
     _load(monkeypatch, 1.7)
+    monkeypatch.setattr(R, "execute", lambda *a, **k: pytest.fail("trained on a busy machine"))
     with pytest.raises(SystemExit) as e:
-        bench.main(["--model", "x", "--nli_file", str(fake_data / "nli.csv")])
+        bench.main(["--model", "x", "--nli_file", str(fake_data / "nli.csv"), "--data_dir", str(fake_data / "senteval"),
+                    "--batch_size", "4", "--output_dir", str(tmp_path / "out")])
     assert str(e.value) == ("error: the machine is busy (1-minute load average 1.70 on 2 CPUs); timings would not be "
                             "comparable; rerun when idle or pass --allow_busy")
-    assert capsys.readouterr().out == "load 1.70 (1-minute average) on 2 CPUs\n"
+    assert capsys.readouterr().out.endswith("load 1.70 (1-minute average) on 2 CPUs\n")
 
 
 def test_idle_guard_limits_and_allow_busy(monkeypatch):
@@ -87,46 +105,32 @@ def test_idle_guard_limits_and_allow_busy(monkeypatch):
 
 
 @pytest.mark.slow
-def test_smoke_run_of_every_row_has_intervals_and_comparisons(fake_data, tmp_path, monkeypatch, capsys):
-    """Every row, 2 steps of 4 rows with a tiny 384-wide encoder (the Matryoshka dims need 384), on a busy machine
-    with --allow_busy: the tables carry a [low, high] per score and an ours - theirs line per score, the JSON says
-    busy, and the point estimates the intervals come from are the evaluator's scores (the same pairs)."""
+def test_smoke_run_of_cosent_and_supervised_against_sentence_transformers(fake_data, tmp_path, monkeypatch, capsys):
+    """CoSENT and supervised, 2 steps of 4 rows with a tiny encoder, one seed, on a busy machine with --allow_busy:
+    both sides of each row train (ours through simcse train, theirs through sentence-transformers' trainer), every
+    model is scored on the same pairs, and the report compares each row's sides by seed."""
     from simcse.models.testing import tiny_encoder
 
-    model = tiny_encoder(tmp_path / "model", hidden=384, heads=4, layers=1)
+    model = tiny_encoder(tmp_path / "model", hidden=32, heads=2, layers=1)
     _load(monkeypatch, 9.0)
-    out_json = tmp_path / "out" / "result.json"
+    out = tmp_path / "out"
     res = bench.main(["--model", str(model), "--data_dir", str(fake_data / "senteval"), "--nli_file",
-                      str(fake_data / "nli.csv"), "--steps", "2", "--batch_size", "4", "--threads", "1",
-                      "--learning_rate", "1e-3", "--resamples", "200", "--allow_busy", "--output_json", str(out_json)])
-    out = capsys.readouterr().out
-    assert out.startswith("load 9.00 (1-minute average) on 2 CPUs\nWARNING: BUSY MACHINE")
-    assert "token caps" not in out
-    assert "at the end: load 9.00 (1-minute average) on 2 CPUs" in out
-    assert "| row | side | rows, steps | STS-B test | SICK-R test | training sentences/s | peak RSS MiB | train s |" in out
-    assert "| row | score | start | ours | sentence-transformers | ours - theirs [95%] | p |" in out
-    table = [line for line in out.splitlines() if line.startswith("| ")]
-    for run in bench.RUNS:
-        assert sum(line.startswith(f"| {run} | ours (") for line in table) == 1
-        assert sum(line.startswith(f"| {run} | sentence-transformers (") for line in table) == 1
-    compared = [line for line in table if line.count("[") == 4]  # start, ours, theirs, the difference
-    assert len(compared) == 2 + 1 + 5 + 2  # cosent, angle, matryoshka at 5 dims, supervised
-    assert any("| matryoshka | STS-B test @32 |" in line for line in compared)
-    assert json.loads(out.splitlines()[-1][len("RESULT "):]) == res == json.loads(out_json.read_text())
-    assert res["busy"] is True and res["cpus"] == 2 and res["settings"]["runs"] == list(bench.RUNS)
-    for run in bench.RUNS:
-        for side in bench.SIDES:
-            r = res["results"][f"{side}/{run}"]
-            assert (r["steps"], r["trained_steps"], r["rows"], r["warmup_steps"], r["lr_scheduler"]) == (2, 2, 8, 1, "linear")
-            assert r["sentences_per_s"] > 0 and r["peak_rss_mib"] > 0
-            assert r["eval_max_tokens"] == res["results"]["start/start"]["eval_max_tokens"] == 64  # the same tokens
-            for key, by_task in r["intervals"].items():
-                for task, (low, high) in by_task.items():
-                    assert low <= r["scores"][key][task] <= high
-        for name, c in res["comparisons"][run].items():
-            key, task = name.split("|")
-            assert c["ours"] == pytest.approx(res["results"][f"ours/{run}"]["scores"][key][task], abs=0.011)
-            assert c["theirs"] == pytest.approx(res["results"][f"st/{run}"]["scores"][key][task], abs=0.011)
-            assert c["low"] <= c["diff"] <= c["high"] and 0 < c["p"] <= 1
-    assert set(res["comparisons"]["matryoshka"]) == {f"{d if d != 384 else 'full'}|STSBenchmark" for d in bench.DIMS}
-    assert set(res["comparisons"]["supervised"]) == {"full|STSBenchmark", "full|SICKRelatedness"}
+                      str(fake_data / "nli.csv"), "--steps", "2", "--batch_size", "4", "--seeds", "1",
+                      "--learning_rate", "1e-3", "--resamples", "200", "--allow_busy", "--output_dir", str(out)])
+    assert "WARNING: BUSY MACHINE" in capsys.readouterr().out
+    assert sorted(res["results"]) == sorted(f"{a}/seed1" for a in ("start", "cosent", "cosent_st", "supervised",
+                                                                    "supervised_st"))
+    assert all(r["status"] == "done" for r in res["results"].values()), res["results"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["spec"]["models"] == [str(model)]
+    for arm in ("cosent", "cosent_st", "supervised", "supervised_st"):
+        costs = report["arms"][arm]["costs"]
+        assert costs["steps"] == 2 and costs["examples_per_s"] > 0 and costs["peak_rss_mib"] > 0, arm
+    for run in ("cosent", "supervised"):
+        for task in ("STSBenchmark", "SICKRelatedness"):
+            d = report["versus"][run][task]
+            ours, theirs = (report["arms"][a]["tasks"][task]["mean"] for a in (run, f"{run}_st"))
+            assert d["against"] == f"{run}_st" and d["seeds"] == [1]
+            assert d["diff"] == pytest.approx(ours - theirs, abs=1e-6) and d["low"] <= d["diff"] <= d["high"]
+    st_model = out / "runs" / "cosent_st" / "seed1" / "model"
+    assert (st_model / "modules.json").is_file()  # a sentence-transformers folder, scored by this library

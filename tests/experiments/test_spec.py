@@ -79,3 +79,17 @@ def test_packaged_specs_parse():
     for name in names:
         spec = parse_spec(json.loads(resolve_spec(name).read_text()), name)
         assert spec.baseline in spec.arms and len(set(spec.seeds)) == len(spec.seeds)
+
+
+def test_sentence_transformers_arm_options_are_checked_before_any_run(tmp_path, tiny_world):
+    st = {"kind": "sentence_transformers", "model_name_or_path": str(tiny_world / "tiny"),
+          "train_file": str(tiny_world / "pairs.csv"), "loss": "CoSENTLoss", "loss_args": {"scale": 20.0}}
+    spec = load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "st": st}))
+    run = next(r for r in spec.runs() if r.arm == "st")
+    assert run.kind == "sentence_transformers" and run.options["loss"] == "CoSENTLoss" and run.options["seed"] == 1
+    with pytest.raises(SpecError, match=r"arm 'st': 'temp' is not an option of a sentence_transformers arm"):
+        load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "st": {**st, "temp": 0.05}}))
+    with pytest.raises(SpecError, match=r"arm 'st': loss 'CosineLoss' is not one of"):
+        load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "st": {**st, "loss": "CosineLoss"}}))
+    with pytest.raises(SpecError, match=r"arm 'st': 'config' must be a config name or file \(a sentence_transformers"):
+        load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "st": {**st, "config": "unsup_cpu_minilm"}}))
