@@ -46,7 +46,10 @@ class WithMLM(ObjectiveWrapper):
 
     def chunk_loss(self, embeddings, batch, context):
         inner_total, parts = total_loss(self.inner.chunk_loss(embeddings, batch, context))
-        out = parts if parts else ({} if inner_total is None else {f"{self.inner.name}_tokens": inner_total})
+        # the inner objective's own token terms are kept under their names; one named "mlm" (InfoCSE's) is renamed
+        # so this wrapper's term does not replace it (it was dropped, its head left without gradient)
+        out = ({(f"{self.inner.name}_mlm" if k == "mlm" else k): v for k, v in parts.items()} if parts else
+               ({} if inner_total is None else {f"{self.inner.name}_tokens": inner_total}))
         if "mlm_input_ids" not in batch or not self.weight > 0:
             return out or None
         full = context.full_batch if "mlm_labels" in context.full_batch else batch
