@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = _parser().parse_args(argv)
     raw = family_spec(args.methods, args.max_steps, args.model, args.train_file, args.seeds, args.tasks, args.bootstrap)
-    return run_built_spec(raw, args.output_dir, f"{SPEC} (scripts/benchmarks/family.py)", parallel=args.parallel,
+    return run_built_spec(raw, args.output_dir, f"{SPEC} (scripts.benchmarks.family)", parallel=args.parallel,
                           before_runs=lambda runs: check_idle(args.allow_busy))
 
 

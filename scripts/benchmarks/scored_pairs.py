@@ -116,6 +116,8 @@ def scored_pairs_spec(runs: list[str], stsb_file: str, nli_file: str, model: str
         theirs.update(both, **({"max_steps": steps} if steps else {}))
         if model:
             theirs["model_name_or_path"] = model
+        if data_dir:
+            theirs["senteval_dir"] = data_dir  # both sides scored on the same pairs
         arms[run], arms[f"{run}_st"] = ours, theirs
     raw["arms"] = arms
     raw["options"] = {**raw["options"], **({"model_name_or_path": model} if model else {}),
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
                                 args.max_rows, args.nli_rows, args.data_dir, args.resamples)
     except (ValueError, OSError, ExecutorError) as e:
         raise SystemExit(f"error: {e}") from None
-    return run_built_spec(raw, out, f"{SPEC} (scripts/benchmarks/scored_pairs.py)", parallel=args.parallel)
+    return run_built_spec(raw, out, f"{SPEC} (scripts.benchmarks.scored_pairs)", parallel=args.parallel)
 
 
 if __name__ == "__main__":

@@ -142,8 +142,13 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
             common = [s for s in spec.seeds if s in a and s in b]
             entry: dict = {"against": other, "seeds": common, "of": len(spec.seeds)}
             if common:
-                d = paired_hierarchical_bootstrap([a[s] for s in common], [b[s] for s in common], resamples,
-                                                  ev.bootstrap_seed)
+                try:
+                    d = paired_hierarchical_bootstrap([a[s] for s in common], [b[s] for s in common], resamples,
+                                                      ev.bootstrap_seed)
+                except ValueError as e:  # scored on other pairs (another SentEval folder): said, the rest reported
+                    entry["error"] = str(e)
+                    versus.setdefault(name, {})[task] = entry
+                    continue
                 va = [arms[name]["tasks"][task]["scores"][s] for s in common]
                 vb = [arms[other]["tasks"][task]["scores"][s] for s in common]
                 _, t_low, t_high, t_p = paired_seed_t(va, vb)
@@ -196,7 +201,7 @@ def markdown(result: dict) -> str:
                              f"{len(e['seeds'])} of {e['of']} seeds | "
                              f"{_fmt(e.get('diff'))} | [{_fmt(e.get('low'))}, {_fmt(e.get('high'))}] | "
                              f"{_fmt(e.get('p'), 3)} | [{_fmt(e.get('t_low'))}, {_fmt(e.get('t_high'))}] | "
-                             f"{_fmt(e.get('t_p'), 3)} |")
+                             f"{_fmt(e.get('t_p'), 3)} |" + (f" {e['error']}" if e.get("error") else ""))
         lines += ["", "A difference whose interval contains 0 is not shown to be a difference.", ""]
     lines += ["## Cost and geometry (means over finished seeds)", "",
               "| arm | steps | train s | training examples/s | peak RSS MiB | l_align | l_uniform |",

@@ -8,7 +8,8 @@ The arm's options (JSON, the names of ``simcse train`` where there is one)::
      "loss": "CoSENTLoss",                         # one of LOSSES
      "loss_args": {"scale": 20},                   # the loss's arguments (MatryoshkaLoss: "matryoshka_dims")
      "per_device_train_batch_size": 16, "learning_rate": 5e-5, "warmup_steps": 36, "max_seq_length": 32,
-     "num_train_epochs": 1, "max_steps": -1, "max_train_samples": 5744, "seed": 42}
+     "num_train_epochs": 1, "max_steps": -1, "max_train_samples": 5744, "seed": 42,
+     "senteval_dir": null}                         # the SentEval folder the runner scores on (default: the evaluator's)
 
 The model is the start encoder with mean pooling (sentence-transformers' ``Transformer`` + ``Pooling``), trained
 through ``SentenceTransformerTrainer`` (HF's Trainer loop, linear decay after the warm-up, fp32); its folder keeps
@@ -26,9 +27,12 @@ from pathlib import Path
 LOSSES = ("CoSENTLoss", "AnglELoss", "MultipleNegativesRankingLoss", "MatryoshkaLoss")
 INTEGERS = {"per_device_train_batch_size": 1, "warmup_steps": 0, "max_seq_length": 2, "num_train_epochs": 1,
             "max_train_samples": 1, "seed": 0}
-OPTIONS = {"model_name_or_path", "train_file", "loss", "loss_args", "learning_rate", "max_steps", *INTEGERS}
+# senteval_dir: the SentEval folder the run is scored on (as a simcse arm's); training does not read it
+OPTIONS = {"model_name_or_path", "train_file", "loss", "loss_args", "learning_rate", "max_steps", "senteval_dir",
+           *INTEGERS}
 DEFAULTS = {"per_device_train_batch_size": 16, "learning_rate": 5e-5, "warmup_steps": 0, "max_seq_length": 128,
-            "num_train_epochs": 1, "max_steps": -1, "max_train_samples": None, "loss_args": {}, "seed": 42}
+            "num_train_epochs": 1, "max_steps": -1, "max_train_samples": None, "loss_args": {}, "seed": 42,
+            "senteval_dir": None}
 
 
 def check_options(options: dict) -> dict:

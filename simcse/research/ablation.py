@@ -192,5 +192,5 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(raw, indent=2))
         return {"spec": raw}
     out = Path(opts.output_dir or Path("result") / "ablations" / f"table{opts.table}")
-    return run_built_spec(raw, out, f"ablation_table{opts.table} (scripts/run_ablation.py)", executor=opts.executor,
+    return run_built_spec(raw, out, f"ablation_table{opts.table} (run_ablation)", executor=opts.executor,
                           parallel=opts.parallel, gpus_per_run=opts.gpus_per_run)

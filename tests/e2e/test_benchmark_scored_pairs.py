@@ -48,7 +48,7 @@ def test_both_sides_of_a_row_train_on_the_same_rows_and_settings(fake_data, tmp_
 
     stsb = write_scored_pairs("stsb_train", tmp_path / "stsb.csv", fake_data / "senteval")
     raw = bench.scored_pairs_spec(list(bench.RUNS), str(stsb), str(fake_data / "nli.csv"), model="m", seeds=[3],
-                                  batch_size=4, nli_rows=9)
+                                  batch_size=4, nli_rows=9, data_dir=str(fake_data / "senteval"))
     assert list(raw["arms"]) == ["start", "cosent", "cosent_st", "angle", "angle_st", "matryoshka", "matryoshka_st",
                                  "supervised", "supervised_st"]
     rows = {"cosent": (12, stsb), "angle": (12, stsb), "matryoshka": (8, fake_data / "nli.csv"),
@@ -58,8 +58,8 @@ def test_both_sides_of_a_row_train_on_the_same_rows_and_settings(fake_data, tmp_
         ours, theirs = runs[run], runs[f"{run}_st"]
         assert theirs.kind == "sentence_transformers" and raw["arms"][run]["_versus"] == f"{run}_st"
         for key, value in {"train_file": str(path), "max_train_samples": n, "per_device_train_batch_size": 4,
-                           "warmup_steps": 1, "learning_rate": 5e-5, "max_seq_length": 32,
-                           "model_name_or_path": "m", "seed": 3}.items():
+                           "warmup_steps": 1, "learning_rate": 5e-5, "max_seq_length": 32, "model_name_or_path": "m",
+                           "seed": 3, "senteval_dir": str(fake_data / "senteval")}.items():
             assert ours.options[key] == theirs.options[key] == value, (run, key)
     assert runs["cosent_st"].options["loss"] == "CoSENTLoss" and runs["cosent"].options["loss"] == "cosent"
     assert runs["matryoshka_st"].options["loss_args"]["matryoshka_dims"] == list(bench.DIMS)

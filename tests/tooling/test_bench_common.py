@@ -140,7 +140,9 @@ def test_every_timed_benchmark_refuses_a_busy_machine_before_it_measures(name, m
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"{name} started a process on a busy machine"))
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"{name} started a process on a busy machine"))
     bench = importlib.import_module(f"scripts.benchmarks.{name}")
-    argv = {"against_checkout": ["--checkout", str(tmp_path)], "serve": ["--url", "http://127.0.0.1:9"]}.get(name, [])
+    (tmp_path / "train.txt").write_text("a sentence.\n")  # family checks its spec (data included) before the load
+    argv = {"against_checkout": ["--checkout", str(tmp_path)], "serve": ["--url", "http://127.0.0.1:9"],
+            "family": ["--train_file", str(tmp_path / "train.txt")]}.get(name, [])
     with pytest.raises(SystemExit) as e:
         bench.main([*argv, "--model", "x"] if name in ("methods", "scored_pairs", "encode") else argv)
     assert "the machine is busy (1-minute load average 3.00 on 2 CPUs)" in str(e.value), e.value
