@@ -22,7 +22,7 @@ def scaled_cos(a, b):
 
 
 class AlphaTwo(InfoNCE):
-    name = "test_alpha_two"
+    name = "records_alpha_two"
 
     def __init__(self, temp: float = 0.05, hard_negative_alpha: float = 2.0):
         super().__init__(temp=temp, hard_negative_alpha=hard_negative_alpha)
@@ -30,7 +30,7 @@ class AlphaTwo(InfoNCE):
 
 class ScaledInfoNCE(InfoNCE):
     """A subclass with an argument of its own and no get_config_dict of its own."""
-    name = "test_scaled_infonce"
+    name = "records_scaled_infonce"
 
     def __init__(self, scale: float = 1.0, temp: float = 0.025):
         super().__init__(temp=temp)
@@ -41,7 +41,7 @@ class ScaledInfoNCE(InfoNCE):
 
 
 class WithFunction(InfoNCE):
-    name = "test_with_function"
+    name = "records_with_function"
 
     def __init__(self, temp: float = 0.05, similarity_fct=scaled_cos):
         super().__init__(temp=temp)
@@ -49,7 +49,7 @@ class WithFunction(InfoNCE):
 
 
 class LearnedScale(InfoNCE):
-    name = "test_learned_scale"
+    name = "records_learned_scale"
 
     def __init__(self, temp: float = 0.05):
         super().__init__(temp=temp)
@@ -67,27 +67,27 @@ for _cls in (AlphaTwo, ScaledInfoNCE, WithFunction, LearnedScale):
 
 
 def test_an_option_not_given_leaves_the_objectives_own_default():
-    assert simcse_objective(loss="test_alpha_two").hard_negative_alpha == 2.0
-    assert simcse_objective(loss="test_alpha_two", hard_negative_alpha=3.0,
+    assert simcse_objective(loss="records_alpha_two").hard_negative_alpha == 2.0
+    assert simcse_objective(loss="records_alpha_two", hard_negative_alpha=3.0,
                             hard_negative_given=True).hard_negative_alpha == 3.0
     assert simcse_objective(loss="infonce").hard_negative_alpha == 1.0  # the built-in's own default
 
 
 def test_a_subclass_is_recorded_with_its_own_argument_and_the_record_rebuilds_it():
-    objective = simcse_objective(loss="test_scaled_infonce", loss_args={"scale": 3.0})
+    objective = simcse_objective(loss="records_scaled_infonce", loss_args={"scale": 3.0})
     recorded = objective.describe()["loss_args"]
     assert recorded == {"scale": 3.0, "temp": 0.025}
-    rebuilt = build_objective("test_scaled_infonce", json.dumps(recorded))
+    rebuilt = build_objective("records_scaled_infonce", json.dumps(recorded))
     assert rebuilt.scale == 3.0 and rebuilt.temp == 0.025 and rebuilt.describe()["loss_args"] == recorded
 
 
 def test_a_function_argument_is_recorded_by_qualified_name_and_an_unchanged_run_resumes(tmp_path, tiny_bert_dir):
-    objective = simcse_objective(loss="test_with_function")
+    objective = simcse_objective(loss="records_with_function")
     assert objective.describe()["loss_args"]["similarity_fct"] == f"{__name__}:scaled_cos"
     corpus = write_corpus(tmp_path)
 
     def argv(*extra):
-        return objective_argv(tiny_bert_dir, corpus, tmp_path / "o", "test_with_function", {}, "--save_strategy",
+        return objective_argv(tiny_bert_dir, corpus, tmp_path / "o", "records_with_function", {}, "--save_strategy",
                               "steps", "--save_steps", "1", *extra)
 
     run_training(argv("--max_steps", "2"))
@@ -110,7 +110,7 @@ def test_the_best_checkpoint_brings_the_objectives_learned_values(tmp_path, tiny
     senteval = write_senteval(tmp_path / "senteval")
     out = tmp_path / "o"
     trainer = run_training(objective_argv(
-        tiny_bert_dir, write_corpus(tmp_path), out, "test_learned_scale", {}, "--max_steps", "4",
+        tiny_bert_dir, write_corpus(tmp_path), out, "records_learned_scale", {}, "--max_steps", "4",
         "--save_strategy", "steps", "--save_steps", "1", "--eval_strategy", "steps", "--eval_steps", "1",
         "--load_best_model_at_end", "true", "--metric_for_best_model", "stsb_spearman", "--senteval_dir",
         str(senteval)))
@@ -147,7 +147,7 @@ def test_resume_from_checkpoint_true_gets_the_checks_a_path_gets(tmp_path, tiny_
     from simcse.training.train import build_trainer
 
     model_args, data_args, training_args = parse_args(objective_argv(
-        tiny_bert_dir, corpus, out, "test_scaled_infonce", {}, "--max_steps", "4"))
+        tiny_bert_dir, corpus, out, "records_scaled_infonce", {}, "--max_steps", "4"))
     training_args.resume_from_checkpoint = True
     with pytest.raises(SetupError, match=r"checkpoint-2' was written by a run with --loss infonce"):
         build_trainer(model_args, data_args, training_args)

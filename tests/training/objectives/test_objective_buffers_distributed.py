@@ -18,7 +18,7 @@ WORLD = 2
 
 class RankCount(InfoNCE):
     """Adds rank + 1 to a buffer before every step's encoding (a per-process running statistic)."""
-    name = "test_rank_count"
+    name = "buffers_rank_count"
 
     def __init__(self, temp: float = 0.05):
         super().__init__(temp=temp)
@@ -30,7 +30,7 @@ class RankCount(InfoNCE):
 
 
 class SharedRankCount(RankCount):
-    name = "test_shared_rank_count"
+    name = "buffers_shared_rank_count"
     shared_buffers = True
 
 
@@ -49,7 +49,7 @@ def _worker(rank: int, port: int, root: str) -> None:
     from simcse.training.train import build_trainer, parse_args
 
     root, out = Path(root), {}
-    for loss in ("test_rank_count", "test_shared_rank_count"):
+    for loss in ("buffers_rank_count", "buffers_shared_rank_count"):
         trainer = build_trainer(*parse_args(objective_argv(
             root / "model", root / "train.txt", root / "out" / f"{loss}-{rank}", loss, {}, "--ddp_backend", "gloo",
             "--per_device_train_batch_size", "4")))
@@ -69,6 +69,6 @@ def test_objective_buffers_are_per_process_unless_declared_shared(tmp_path):
     run_processes(_worker, (free_port(), str(tmp_path)), WORLD, timeout_s=240)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     # per process: 2 steps of +1 on rank 0, of +2 on rank 1
-    assert [r["test_rank_count"] for r in ranks] == [2.0, 4.0]
+    assert [r["buffers_rank_count"] for r in ranks] == [2.0, 4.0]
     # shared: each forward starts from rank 0's value (its own +1 each step)
-    assert [r["test_shared_rank_count"] for r in ranks] == [2.0, 2.0]
+    assert [r["buffers_shared_rank_count"] for r in ranks] == [2.0, 2.0]
