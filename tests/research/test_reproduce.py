@@ -106,12 +106,13 @@ def test_bf16_reaches_every_training_run(monkeypatch, tmp_path):
         seen["sup"] = argv
         raise Stop
 
-    monkeypatch.setattr(reproduce, "_ablation_main", lambda: (lambda argv: seen.setdefault("table3", argv) and []))
+    monkeypatch.setattr(reproduce, "_ablation_main", lambda: (lambda argv: seen.setdefault("table3", argv) and {}))
     monkeypatch.setattr(train, "parse_args", fake_parse_args)
     base = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--train_file", "w", "--sup_train_file", "n"]
     reproduce.run_table3(reproduce.parse(base + ["--bf16"]), tmp_path)
     flags = ["--bf16", "true"]  # train.py adds --use_cpu true on a machine without CUDA
-    assert seen["table3"][-len(flags) - 1:] == ["--", *flags]
+    table3 = seen["table3"]
+    assert table3[-len(flags):] == flags and "--" in table3[:-len(flags)]  # after "--": every row's options
     with pytest.raises(Stop):
         reproduce.run_sup(reproduce.parse(base + ["--bf16"]), tmp_path)
     assert seen["sup"][-len(flags):] == flags
