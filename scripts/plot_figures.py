@@ -104,7 +104,7 @@ def _encoders(args, parser):
 
 
 def _training_curve(args, parser, numbers: dict) -> None:
-    from simcse.research import plots
+    from simcse.evaluation import plots
     from simcse.training.callbacks import read_align_uniform_log
 
     if not args.log:
@@ -117,7 +117,7 @@ def _training_curve(args, parser, numbers: dict) -> None:
 
 def _align_uniform(args, parser, numbers: dict) -> None:
     from simcse.evaluation import analysis
-    from simcse.research import plots
+    from simcse.evaluation import plots
     from simcse.evaluation.data import load_stsb
     from simcse.evaluation.sts import correlations
 
@@ -148,7 +148,7 @@ def _align_uniform(args, parser, numbers: dict) -> None:
 
 def _spectrum_or_bins(args, parser, numbers: dict) -> None:
     from simcse.evaluation import analysis
-    from simcse.research import plots
+    from simcse.evaluation import plots
     from simcse.evaluation.data import load_stsb
 
     pairs = load_stsb(args.data_dir, args.split)

@@ -1,7 +1,7 @@
 """The package's shape: wings by layer, every import pointing down, no import cycle (also none inside a function).
 
 The order, from the ground up (README.md, "Layout"): files, models, interop, evaluation, retrieval, training,
-serving, research, experiments, then ``simcse/cli.py`` and the package's face (``simcse/__init__.py``, ``__main__.py``, and
+serving, experiments, research, then ``simcse/cli.py`` and the package's face (``simcse/__init__.py``, ``__main__.py``, and
 the reference's module paths ``tool.py``, ``trainers.py``). A
 module may import its own wing and any wing below it. ``simcse/version.py`` is on the ground floor.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "simcse"
-ORDER = ["files", "models", "interop", "evaluation", "retrieval", "training", "serving", "research", "experiments", "cli", "face"]
+ORDER = ["files", "models", "interop", "evaluation", "retrieval", "training", "serving", "experiments", "research", "cli", "face"]
 GROUND_MODULES = {"simcse.version"}
 # the reference code's public module paths, kept at the top as part of the package's face (aliases and errors
 # naming the replacement, nothing else): simcse.tool, simcse.trainers

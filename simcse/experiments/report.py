@@ -264,7 +264,7 @@ def geometry_figures(result: dict, folder: Path) -> list[Path]:
     if start is None or not trained:
         return []
     try:
-        from simcse.research.plots import plot_align_uniform, plot_training_curve
+        from simcse.evaluation.plots import plot_align_uniform, plot_training_curve
     except ImportError:
         return []
     task = result["spec"]["tasks"][0]

@@ -13,6 +13,11 @@ A saved SimCSE model is a plain HF encoder folder plus small files::
 A save over an earlier model leaves only the new model's files of these names (:mod:`simcse.models.folder_files`).
 :class:`SavedFolder` is the
 mixin that gives :class:`simcse.SimCSEModel` its ``save_pretrained`` / ``from_pretrained`` / ``load_weights``.
+
+Why one module: it is the folder format's reader and writer together (which file records what, which pooler and
+modules a folder of another tool means, how a save replaces an earlier one); a rule read here is written here, so
+the two cannot drift apart. File-name bookkeeping and sentence-transformers' module files live beside it
+(:mod:`simcse.models.folder_files`, :mod:`simcse.models.st_files`).
 """
 from __future__ import annotations
 

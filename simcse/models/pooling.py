@@ -171,32 +171,6 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
 
 
 # sentence-transformers' boolean keys (every release before 6) and the mode each one names in 6.x's ``pooling_mode``
-_ST_LEGACY_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
-                           "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-                           "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
-
-
-def st_pooling_modes(pcfg: dict) -> tuple[str, ...]:
-    """The pooling modes a sentence-transformers ``1_Pooling/config.json`` records, as a tuple of 6.x mode names
-    (``("mean",)``, ``("cls",)``, ``("lasttoken",)``, or several when their outputs are concatenated).
-
-    Reads both formats sentence-transformers has written: 6.x's ``"pooling_mode": "mean"`` (a string or a list),
-    and the boolean ``pooling_mode_*`` keys of earlier releases; ``pooling_mode`` wins when both are present, and a
-    legacy file with no mode set means mean pooling, as sentence-transformers' own loader
-    (``sentence_transformers/.../pooling.py``, ``_convert_legacy_pooling_kwargs``) reads it.
-    """
-    mode = pcfg.get("pooling_mode")
-    if isinstance(mode, str):
-        return (mode,)
-    if isinstance(mode, (list, tuple)) and all(isinstance(m, str) for m in mode):
-        return tuple(mode)
-    legacy = [k for k in _ST_LEGACY_POOLING_KEYS if k in pcfg]
-    if not legacy:
-        return ("mean",)  # sentence-transformers' default Pooling
-    active = tuple(_ST_LEGACY_POOLING_KEYS[k] for k in _ST_LEGACY_POOLING_KEYS if pcfg.get(k) is True)
-    return active or ("mean",)
-
-
 def st_pooling_config(folder) -> tuple[dict, str] | None:
     """``(1_Pooling/config.json as a dict, its path)`` of a local sentence-transformers folder
     (:func:`simcse.models.st_files.read_st_pipeline`), else None.

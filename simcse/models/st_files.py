@@ -18,6 +18,33 @@ import torch
 # our pooler -> sentence-transformers pooling mode
 ST_POOLING_MODES = {"cls": "cls", "cls_before_pooler": "cls", "avg": "mean", "last_token": "lasttoken"}
 
+
+_ST_LEGACY_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                           "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                           "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+
+
+def st_pooling_modes(pcfg: dict) -> tuple[str, ...]:
+    """The pooling modes a sentence-transformers ``1_Pooling/config.json`` records, as a tuple of 6.x mode names
+    (``("mean",)``, ``("cls",)``, ``("lasttoken",)``, or several when their outputs are concatenated).
+
+    Reads both formats sentence-transformers has written: 6.x's ``"pooling_mode": "mean"`` (a string or a list),
+    and the boolean ``pooling_mode_*`` keys of earlier releases; ``pooling_mode`` wins when both are present, and a
+    legacy file with no mode set means mean pooling, as sentence-transformers' own loader
+    (``sentence_transformers/.../pooling.py``, ``_convert_legacy_pooling_kwargs``) reads it.
+    """
+    mode = pcfg.get("pooling_mode")
+    if isinstance(mode, str):
+        return (mode,)
+    if isinstance(mode, (list, tuple)) and all(isinstance(m, str) for m in mode):
+        return tuple(mode)
+    legacy = [k for k in _ST_LEGACY_POOLING_KEYS if k in pcfg]
+    if not legacy:
+        return ("mean",)  # sentence-transformers' default Pooling
+    active = tuple(_ST_LEGACY_POOLING_KEYS[k] for k in _ST_LEGACY_POOLING_KEYS if pcfg.get(k) is True)
+    return active or ("mean",)
+
+
 def mlp_at_inference(model) -> bool:
     """Whether ``model`` (a :class:`simcse.SimCSEModel`) applies its ``cls`` MLP when encoding."""
     return model.mlp is not None and not model.mlp_only_train
@@ -174,7 +201,6 @@ def read_st_pipeline(folder) -> STPipeline | None:
     if len(kinds) < 2:
         raise ValueError(f"{modules_file} lists no Pooling module after the Transformer; expected the modules "
                          "sentence-transformers writes (Transformer, Pooling[, Normalize])")
-    from simcse.models.pooling import st_pooling_modes
 
     pooling_file = root / str(modules[1].get("path") or "1_Pooling") / "config.json"
     pcfg = _read_json(pooling_file, "Pooling config")

@@ -256,7 +256,7 @@ def pretrain(args: PretrainArguments, callbacks: list | None = None) -> Path:
     tokenizer.save_pretrained(out)
     curve = write_loss_curve(trainer.state.log_history, out / "loss_curve.csv")
     try:
-        from simcse.research.plots import plot_loss_curve
+        from simcse.evaluation.plots import plot_loss_curve
 
         plot_loss_curve([s for s, _ in curve], [v for _, v in curve], out / "loss_curve.png",
                         title=f"MLM pretraining ({args.num_hidden_layers} layers, hidden {args.hidden_size})")

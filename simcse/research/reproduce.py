@@ -216,7 +216,7 @@ def run_spectrum(args, out: Path, models: dict[str, tuple[str, str | None]]) -> 
     from simcse.evaluation.analysis import encode_pairs, singular_spectrum
     from simcse.evaluation.data import load_stsb
     from simcse.models.modeling import SimCSEModel
-    from simcse.research.plots import plot_singular_spectra
+    from simcse.evaluation.plots import plot_singular_spectra
 
     pairs = load_stsb(args.senteval_dir, "dev")
     rows, spectra = {}, {}

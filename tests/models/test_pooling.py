@@ -102,6 +102,6 @@ def test_a_folder_saved_by_the_installed_sentence_transformers_is_read_with_its_
     ({"pooling_mode": "cls", "pooling_mode_mean_tokens": True}, ("cls",)),  # the 6.x key wins
 ])
 def test_both_pooling_config_formats(pcfg, modes):
-    from simcse.models.pooling import st_pooling_modes
+    from simcse.models.st_files import st_pooling_modes
 
     assert st_pooling_modes(pcfg) == modes

@@ -121,7 +121,7 @@ def test_missing_or_empty_train_file(tmp_path):
 
 
 def test_plot_loss_curve_rejects_bad_input(tmp_path):
-    from simcse.research.plots import plot_loss_curve
+    from simcse.evaluation.plots import plot_loss_curve
 
     with pytest.raises(ValueError, match="losses has 1 values"):
         plot_loss_curve([1, 2], [3.0], tmp_path / "x.png")

@@ -1,4 +1,4 @@
-"""simcse.research.plots and scripts/plot_figures.py: the figures are written, with their numbers."""
+"""simcse.evaluation.plots and scripts/plot_figures.py: the figures are written, with their numbers."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import STSB_ROWS, load_script, loop_cos, write_fake_stsb
-from simcse.research import plots as P
+from simcse.evaluation import plots as P
 from simcse.evaluation import analysis as A
 
 
@@ -60,7 +60,7 @@ def test_plots_module_imports_no_matplotlib():
     import subprocess
     import sys
 
-    code = "import sys, simcse.research.plots, simcse.evaluation.analysis; print('matplotlib' in sys.modules)"
+    code = "import sys, simcse.evaluation.plots, simcse.evaluation.analysis; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
