@@ -27,9 +27,8 @@ class ModelArguments:
     pooler_type: str = field(default="cls", metadata={"help": f"Pooler, one of {sorted(POOLERS)}."})
     mlp_only_train: bool = field(default=False, metadata={"help": "Use the cls MLP only in training (unsupervised SimCSE default)."})
     dev_mlp: bool = field(default=False, metadata={
-        "help": "With --mlp_only_train: score the dev checkpoints during training with the cls MLP applied, while the "
-                "saved model still encodes without it (the official MixCSE run: trained without --mlp_only_train, so "
-                "its checkpoint selection used the MLP, and evaluated with --pooler cls_before_pooler)."})
+        "help": "With --mlp_only_train: select checkpoints by dev scores with the MLP applied; the saved model "
+                "encodes without it (MixCSE's official run)."})
     loss: str = field(
         default="infonce",
         metadata={"help": "The training objective, a name of the objective registry (simcse.training.objectives; "

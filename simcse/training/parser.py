@@ -105,7 +105,10 @@ def build_parser(full_help: bool = False):
     for action in parser._actions:
         if action.type is string_to_bool:  # one rule for booleans everywhere
             action.type = cli_bool
-        if action.help is not argparse.SUPPRESS and not isinstance(action, argparse._StoreFalseAction):
+        if isinstance(action, argparse._StoreFalseAction) and action.help is not argparse.SUPPRESS:
+            # HF adds --no_X for a boolean X that defaults to true, with X's whole help: one line says what it is
+            action.help = f"--{action.dest} false."
+        elif action.help is not argparse.SUPPRESS:
             shown = "unset" if action.default is None else action.default
             action.help = f"{action.help or ''} (default: {str(shown).replace('%', '%%')})"
         action.default = argparse.SUPPRESS

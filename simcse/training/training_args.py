@@ -77,9 +77,8 @@ class SimCSETrainingArguments(TrainingArguments):
 
     align_uniform_every: int = field(
         default=0,
-        metadata={"help": "Measure l_align / l_uniform on STS-B dev every N optimisation steps (the paper's Figure 2 "
-                          "trajectories; each measurement encodes STS-B dev once) into "
-                          "<output_dir>/align_uniform.jsonl. 0: never."})
+        metadata={"help": "l_align / l_uniform on STS-B dev every N steps into <output_dir>/align_uniform.jsonl "
+                          "(Figure 2's paths). 0: never."})
 
     def __post_init__(self, overwrite_output_dir: bool = False):
         from simcse.training.callbacks import parse_signals
