@@ -12,6 +12,8 @@ again, a stopped one from its checkpoint), then writes the report (:mod:`simcse.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 from pathlib import Path
 
@@ -91,14 +93,27 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
     """
     if executor not in ("local", "slurm"):
         raise ExecutorError(f"--executor must be 'local' or 'slurm', got {executor!r}")
+    for name, value, least in (("--parallel", parallel, 1), ("--gpus_per_run", gpus_per_run, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ExecutorError(f"{name} must be an integer of at least {least}, got {value!r}")
     if executor == "slurm" and submitit_executor is None:
         from simcse.experiments.executors import _submitit
 
         _submitit()  # no submitit: one line naming the extra, before any check of the spec
     out = check_output_dir(output_dir)
-    spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    runs = plan(spec, out, arms, seeds)
-    check_data(spec, [r for r in runs if R.state(out, r) != "done"])
+    slurm_ex = None
+    if executor == "slurm":  # the cluster is asked before the spec's checks, and nothing is written without one
+        try:
+            slurm_ex = slurm_executor(out, gpus_per_run=gpus_per_run, parallel=parallel, executor=submitit_executor,
+                                      **(slurm or {}))
+        except ExecutorError:
+            raise
+        except Exception as e:  # submitit's own: no srun on this machine, a parameter Slurm refuses
+            raise ExecutorError(f"--executor slurm: {e} (submitit could not set up the Slurm job array)") from None
+    with contextlib.redirect_stdout(io.StringIO()):  # the option checks' own notices (precision) are not news here
+        spec = spec if isinstance(spec, Spec) else load_spec(spec)
+        runs = plan(spec, out, arms, seeds)
+        check_data(spec, [r for r in runs if R.state(out, r) != "done"])
     todo = [r for r in runs if R.state(out, r) != "done"]
     if todo and before_runs is not None:
         before_runs(todo)
@@ -114,9 +129,7 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
         results = run_local(out, todo, parallel, gpus_per_run, stream=stream)
         stopped = results.pop("__stopped__", False)
     else:
-        ex = slurm_executor(out, gpus_per_run=gpus_per_run, parallel=parallel, executor=submitit_executor,
-                            **(slurm or {}))
-        results = run_slurm(out, todo, ex, gpus_per_run, wait=wait, stream=stream,
+        results = run_slurm(out, todo, slurm_ex, gpus_per_run, wait=wait, stream=stream,
                             **({"progress_every": 2.0} if submitit_executor is not None else {}))
         if not wait:
             return {"results": results, "report": None, "stopped": False}

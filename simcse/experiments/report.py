@@ -38,10 +38,24 @@ def load_experiment(output_dir: str | Path):
     Raises:
         SpecError: no ``spec.json`` in the folder (not an experiment folder), or an unreadable one.
     """
-    f = Path(output_dir) / SPEC_FILE
-    raw = R.read_json(f)
-    if raw is None:
-        raise SpecError(f"{output_dir}: no {SPEC_FILE}; expected the --output_dir of 'simcse experiment run'")
+    import json
+
+    folder = Path(output_dir)
+    f = folder / SPEC_FILE
+    expected = "expected the --output_dir of 'simcse experiment run'"
+    if not folder.exists():
+        raise SpecError(f"{output_dir}: no such folder; {expected}")
+    if not folder.is_dir():
+        raise SpecError(f"{output_dir} is a file; {expected}")
+    if not f.is_file():
+        raise SpecError(f"{output_dir}: no {SPEC_FILE}; {expected}")
+    try:
+        raw = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{f}: not readable JSON ({e}); it is written by 'simcse experiment run'") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{f} must hold a JSON object, got {type(raw).__name__}; it is written by "
+                        "'simcse experiment run'")
     return parse_spec(raw.get("spec", raw), raw.get("path", str(f)))
 
 

@@ -65,3 +65,57 @@ def test_next_sentence_arm_on_the_shuffled_sample_is_refused_before_any_run(tmp_
     line = _one_error_line(capsys)
     assert "arm 'ns': next_sentence needs consecutive sentences" in line and "reading order" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content, says", [("[1, 2]", "must hold a JSON object, got list"),
+                                           ("garbage", "not readable JSON"), (None, "no spec.json")])
+def test_report_on_a_folder_that_is_not_an_experiment_says_why(tmp_path, capsys, content, says):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    if content is not None:
+        (folder / "spec.json").write_text(content)
+    assert main(["report", str(folder)]) == 2
+    line = _one_error_line(capsys)
+    assert says in line and str(folder) in line
+
+
+@pytest.mark.parametrize("kind, says", [("missing", "no such folder"), ("file", "is a file")])
+def test_report_on_a_path_that_is_no_folder_says_which(tmp_path, capsys, kind, says):
+    path = tmp_path / "x"
+    if kind == "file":
+        path.write_text("x\n")
+    assert main(["report", str(path)]) == 2
+    assert says in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("option", [["--parallel", "0"], ["--gpus_per_run", "-1"]])
+def test_executor_numbers_are_checked_before_the_spec_and_write_nothing(tmp_path, tiny_world, capsys, option):
+    spec = write_spec(tmp_path, tiny_world)
+    out = tmp_path / "exp"
+    assert main(["run", str(spec), "--output_dir", str(out), *option]) == 2
+    line = _one_error_line(capsys)
+    assert option[0] in line and "at least" in line
+    assert not out.exists()
+
+
+def test_slurm_without_a_cluster_names_the_executor_and_writes_nothing(tmp_path, tiny_world, capsys):
+    import shutil
+
+    pytest.importorskip("submitit")
+    if shutil.which("srun") or shutil.which("sbatch"):
+        pytest.skip("a Slurm client is installed here")
+    spec = write_spec(tmp_path, tiny_world)
+    out = tmp_path / "exp"
+    assert main(["run", str(spec), "--output_dir", str(out), "--executor", "slurm"]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("error: --executor slurm: ")
+    assert not out.exists()
+
+
+def test_a_bad_spec_prints_its_error_only(tmp_path, tiny_world, capsys):
+    """The arms' option checks build the training arguments, whose notices (the precision line) are not printed
+    before the error."""
+    spec = write_spec(tmp_path, tiny_world, arms={"a": {"bf16": "auto"}, "b": {"learnin_rate": 1e-3}})
+    assert main(["run", str(spec), "--output_dir", str(tmp_path / "exp")]) == 2
+    captured = capsys.readouterr()
+    assert "[simcse]" not in captured.out and "learnin_rate" in captured.err

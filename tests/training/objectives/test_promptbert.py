@@ -166,7 +166,9 @@ def test_setup_refuses_another_pooler(tiny):
 
 
 @pytest.mark.parametrize("args, key", [({"temp": 0}, "temp"), ({"template": "no placeholders"}, "template"),
-                                       ({"denoise": "maybe"}, "denoise")])
+                                       ({"denoise": "maybe"}, "denoise"), ({"denoise_positions": "nope"},
+                                                                          "denoise_positions"),
+                                       ({"denoise_at_dev": "yes"}, "denoise_at_dev")])
 def test_bad_loss_args_are_named(args, key):
     with pytest.raises(ValueError, match=key):
         build_objective("promptbert", args)
