@@ -92,7 +92,9 @@ def tiny(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("pb"), "bert", dropout=0.0)
 
 
-def _ours(folder, loss_args, unpadded=False):
+def _spread_model(folder, loss_args):
+    """The tiny prompt model with spread weights, its objective set up on it, in float64 (the comparison sees the
+    formulas, not float32 rounding of two attention kernels)."""
     model = SimCSEModel.from_pretrained(str(folder), pooler_type="prompt_mask", mlp_only_train=True, new_mlp_init="random")
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # spread the tiny model's embeddings
@@ -100,7 +102,11 @@ def _ours(folder, loss_args, unpadded=False):
             p.add_(0.3 * torch.randn(p.shape, generator=g))
     objective = build_objective("promptbert", loss_args)
     objective.setup(model, None)
-    model.double()  # float64: the comparison sees the formulas, not float32 rounding of two attention kernels
+    return model.double(), objective
+
+
+def _ours(folder, loss_args, unpadded=False):
+    model, objective = _spread_model(folder, loss_args)
     if unpadded:
         assert model.set_unpadded(True)
     model.train()
@@ -341,16 +347,7 @@ def tiny_dropout(tmp_path_factory):
 def test_promptbert_equals_official_forward_with_dropout_on(tiny_dropout, t2):
     """Dropout on (p 0.1 on every hidden state, row-keyed on both sides, as the module docstring above says):
     the loss and every gradient equal the official forward's, and differ from the dropout-off loss."""
-    args = {"template": T1, "template2": t2, "temp": TEMP}
-    model = SimCSEModel.from_pretrained(str(tiny_dropout), pooler_type="prompt_mask", mlp_only_train=True,
-                                        new_mlp_init="random")
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g))
-    objective = build_objective("promptbert", args)
-    objective.setup(model, None)
-    model.double()
+    model, objective = _spread_model(tiny_dropout, {"template": T1, "template2": t2, "temp": TEMP})
     ref, mlp = _reference(model)
     _row_keyed(model.encoder, 0.1)
     _row_keyed(ref, 0.1)
@@ -366,9 +363,7 @@ def test_promptbert_equals_official_forward_with_dropout_on(tiny_dropout, t2):
     ours = dict(model.encoder.named_parameters())
     for name, p in ref.named_parameters():
         assert (ours[name].grad - p.grad).norm() <= 2e-5 * p.grad.norm() + 1e-9, name
-    model.eval(), ref.eval()  # the control: without dropout the official loss is another number
-    with torch.no_grad():
-        ref.train()
+    with torch.no_grad():  # the control: without dropout the official loss is another number
         for m in ref.modules():
             if isinstance(m, _RowKeyedDropout):
                 m.p = 0.0
