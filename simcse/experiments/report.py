@@ -38,8 +38,6 @@ def load_experiment(output_dir: str | Path):
     Raises:
         SpecError: no ``spec.json`` in the folder (not an experiment folder), or an unreadable one.
     """
-    import json
-
     folder = Path(output_dir)
     f = folder / SPEC_FILE
     expected = "expected the --output_dir of 'simcse experiment run'"
