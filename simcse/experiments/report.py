@@ -5,15 +5,17 @@ Per arm and task:
 
 * each seed's score (Spearman x 100 of the pooled pairs of the task's split), and how many of the spec's seeds
   ended (``2 of 3 seeds``: a failed or missing seed is named, never averaged in silence);
-* the mean over the finished seeds with the 95% hierarchical bootstrap interval
-  (:func:`simcse.evaluation.intervals.hierarchical_bootstrap`: seeds resampled, then test pairs within each
-  seed), beside the plain t interval over the seeds' scores (seeds only; none for one seed);
-* against the baseline, on the seeds both arms finished: the mean of the per-seed differences, its 95% paired
-  hierarchical interval and two-sided p-value (the same seed and pair draws on both sides), beside the paired t
-  test over seeds.
+* the mean over the finished seeds with the 95% *headline* interval (:mod:`simcse.evaluation.seed_intervals`:
+  the seeds' part with Student's t over S - 1 degrees of freedom plus the test set's part from the pair
+  bootstrap, added in variance), beside the seed-resampling hierarchical bootstrap and the plain t interval over
+  the seeds' scores (seeds only);
+* against the baseline, on the seeds both arms finished: the mean of the per-seed differences, its headline
+  interval and p-value, and the verdict: *shown* when the headline interval excludes 0 (2 or more seeds), else
+  *not shown with N seeds* with an estimate of the seeds that would show a difference of the observed size;
+  beside them the hierarchical bootstrap and the paired t test over seeds, labelled for what they cover.
 
 It writes ``report.md``, ``report.json`` and ``report.png`` (one panel per task: each arm's seeds as points, the
-mean and the hierarchical interval as a bar; needs matplotlib) into the folder, and, when the spec measured
+mean and the headline interval as a bar; needs matplotlib) into the folder, and, when the spec measured
 alignment/uniformity and has an ``untrained`` arm, ``training_curve.png`` and ``align_uniform.png`` (the
 paper's Figures 2 and 3 from the arms' means). Columns from the runs' records: the paper's number (an arm's
 ``_paper``), alignment/uniformity, steps, training seconds, training examples/s and peak memory.
@@ -88,15 +90,17 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
 
     Returns:
         ``{"spec": {..., "models": [the arms' model_name_or_path, each once]}, "arms": {arm: {"label", "kind", "paper", "seeds": [{"seed", "status", "error"}],
-        "tasks": {task: {"scores": {seed: value}, "n": k, "of": S, "mean", "low", "high", "t_low", "t_high"}},
-        "costs": {...}}}, "versus": {arm: {task: {"against": the baseline or the arm's _versus, "seeds": [...], "diff", "low", "high", "p", "t_low", "t_high",
-        "t_p"}}}}``.
+        "tasks": {task: {"scores": {seed: value}, "n": k, "of": S, "mean", "low", "high" (headline), "seed_sd",
+        "pair_se", "h_low", "h_high" (hierarchical bootstrap), "t_low", "t_high" (t over seeds)}},
+        "costs": {...}}}, "versus": {arm: {task: {"against": the baseline or the arm's _versus, "seeds": [...],
+        "diff", "low", "high", "p" (headline), "shown", "seeds_needed", "seed_sd", "pair_se", "h_low", "h_high",
+        "h_p", "t_low", "t_high", "t_p"}}}}`` (the keys of
+        :func:`simcse.evaluation.seed_intervals.compare_seeds`).
 
     Raises:
         SpecError: as :func:`load_experiment`.
     """
-    from simcse.evaluation.intervals import (hierarchical_bootstrap, paired_hierarchical_bootstrap,
-                                             paired_seed_t, seed_t_interval)
+    from simcse.evaluation.seed_intervals import compare_seeds, summarize_seeds
     from simcse.experiments.score import read_scores
 
     spec = load_experiment(output_dir)
@@ -124,10 +128,9 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
             got = parts.get((name, task), {})
             entry = {"scores": {}, "n": len(got), "of": len(spec.seeds)}
             if got:
-                est = hierarchical_bootstrap([got[s] for s in got], resamples, ev.bootstrap_seed)
-                entry["scores"] = {s: 100 * v for s, v in zip(got, est.per_seed)}
-                _, t_low, t_high = seed_t_interval([100 * v for v in est.per_seed])
-                entry.update(mean=100 * est.mean, low=100 * est.low, high=100 * est.high, t_low=t_low, t_high=t_high)
+                summary = summarize_seeds([got[s] for s in got], resamples, ev.bootstrap_seed)
+                entry["scores"] = dict(zip(got, summary.pop("per_seed")))
+                entry.update(summary)
             tasks[task] = entry
         records = [s["record"] for s in seeds if s["status"] == "done"]
         costs = {
@@ -155,17 +158,13 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
             entry: dict = {"against": other, "seeds": common, "of": len(spec.seeds)}
             if common:
                 try:
-                    d = paired_hierarchical_bootstrap([a[s] for s in common], [b[s] for s in common], resamples,
-                                                      ev.bootstrap_seed)
+                    d = compare_seeds([a[s] for s in common], [b[s] for s in common], resamples, ev.bootstrap_seed)
                 except ValueError as e:  # scored on other pairs (another SentEval folder): said, the rest reported
                     entry["error"] = str(e)
                     versus.setdefault(name, {})[task] = entry
                     continue
-                va = [arms[name]["tasks"][task]["scores"][s] for s in common]
-                vb = [arms[other]["tasks"][task]["scores"][s] for s in common]
-                _, t_low, t_high, t_p = paired_seed_t(va, vb)
-                entry.update(diff=100 * d.diff, low=100 * d.low, high=100 * d.high, p=d.p_value, t_low=t_low,
-                             t_high=t_high, t_p=t_p)
+                d["per_seed"] = dict(zip(common, d["per_seed"]))
+                entry.update(d)
             versus.setdefault(name, {})[task] = entry
     models = list(dict.fromkeys(str(r.options["model_name_or_path"]) for r in spec.runs()
                                 if r.options.get("model_name_or_path")))
@@ -175,8 +174,31 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
             "arms": arms, "versus": versus}
 
 
+def _span(entry: dict, low: str, high: str) -> str:
+    return f"[{_fmt(entry.get(low))}, {_fmt(entry.get(high))}]"
+
+
 def _seeds_text(entry: dict) -> str:
     return f"{entry['n']} of {entry['of']} seeds"
+
+
+def verdict(entry: dict) -> str:
+    """The report's reading of a difference: ``shown`` when its headline interval excludes 0 over 2 or more seeds,
+    else ``not shown with N seeds`` and, from the observed spreads, an estimate of the seeds that would show a
+    difference of the observed size (:func:`simcse.evaluation.seed_intervals.seeds_for_power`)."""
+    n = len(entry.get("seeds", []))
+    if entry.get("diff") is None:
+        return "-"
+    if entry.get("shown"):
+        return "shown"
+    plural = "s" if n != 1 else ""
+    if n < 2:
+        return f"not shown with {n} seed{plural} (an interval over seeds needs 2 or more)"
+    need = entry.get("seeds_needed")
+    if need is None:
+        return (f"not shown with {n} seeds; more seeds alone would not show a difference of this size "
+                f"(the test set's part alone is +-{1.96 * entry.get('pair_se', float('nan')):.2f})")
+    return f"not shown with {n} seeds; about {need} seeds for 80% power at this size (an estimate)"
 
 
 def markdown(result: dict) -> str:
@@ -187,34 +209,40 @@ def markdown(result: dict) -> str:
              f"Spec `{Path(spec['path']).name}`, "
              f"model{'s' if len(spec.get('models', [])) > 1 else ''} {', '.join(f'`{m}`' for m in spec.get('models', [])) or '-'}, "
              f"seeds {spec['seeds']}, baseline `{spec['baseline']}`; Spearman x 100 "
-             f"on the {split} split. Intervals are 95%: *hierarchical* resamples the seeds, then the test pairs "
-             f"within each seed ({spec['resamples']} resamples, seed {spec['bootstrap_seed']}); *t* is the plain "
-             "t interval over the seeds' scores (seeds only).", ""]
+             f"on the {split} split. Intervals are 95%. The *interval* (the headline) covers both the seeds and the "
+             "test set: the seeds' part with Student's t over their scores, the test set's part from the pair "
+             f"bootstrap ({spec['resamples']} resamples, seed {spec['bootstrap_seed']}), added in variance; its "
+             "coverage is shown by simulation in the docs (docs/experiments.md). *Hierarchical* resamples the seeds, "
+             "then the test pairs (it undercovers a difference over 3 seeds); *t over seeds* covers the seeds only "
+             "(the mean on this test set).", ""]
     paper = any(a["paper"] is not None for a in arms.values())
     for task in spec["tasks"]:
         lines += [f"## {task} ({split})", "",
-                  "| arm | seeds | per seed | mean | 95% hierarchical | 95% t over seeds |" + (" paper |" if paper else ""),
-                  "| --- | --- | --- | --- | --- | --- |" + (" --- |" if paper else "")]
+                  "| arm | seeds | per seed | mean | 95% interval | 95% hierarchical | 95% t over seeds |"
+                  + (" paper |" if paper else ""),
+                  "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if paper else "")]
         for name, a in arms.items():
             e = a["tasks"][task]
             per = ", ".join(f"{s}: {_fmt(e['scores'].get(s))}" for s in spec["seeds"])
-            mean = _fmt(e.get("mean"))
-            lines.append(f"| {a['label']} | {_seeds_text(e)} | {per} | {mean} | [{_fmt(e.get('low'))}, "
-                         f"{_fmt(e.get('high'))}] | [{_fmt(e.get('t_low'))}, {_fmt(e.get('t_high'))}] |"
+            lines.append(f"| {a['label']} | {_seeds_text(e)} | {per} | {_fmt(e.get('mean'))} | "
+                         f"{_span(e, 'low', 'high')} | {_span(e, 'h_low', 'h_high')} | {_span(e, 't_low', 't_high')} |"
                          + (f" {_fmt(a['paper'], 1) if a['paper'] is not None else '-'} |" if paper else ""))
         lines.append("")
     if result["versus"]:
         lines += [f"## Against the baseline `{spec['baseline']}` (or the arm's `_versus`), paired by seed", "",
-                  "| arm | against | task | seeds | difference | 95% hierarchical | p | 95% paired t | t p |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| arm | against | task | seeds | difference | 95% interval | p | reading | 95% hierarchical "
+                  "| hierarchical p | 95% paired t | t p |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for name, by_task in result["versus"].items():
             for task, e in by_task.items():
                 lines.append(f"| {arms[name]['label']} | {arms[e['against']]['label']} | {task} | "
-                             f"{len(e['seeds'])} of {e['of']} seeds | "
-                             f"{_fmt(e.get('diff'))} | [{_fmt(e.get('low'))}, {_fmt(e.get('high'))}] | "
-                             f"{_fmt(e.get('p'), 3)} | [{_fmt(e.get('t_low'))}, {_fmt(e.get('t_high'))}] | "
-                             f"{_fmt(e.get('t_p'), 3)} |" + (f" {e['error']}" if e.get("error") else ""))
-        lines += ["", "A difference whose interval contains 0 is not shown to be a difference.", ""]
+                             f"{len(e['seeds'])} of {e['of']} seeds | {_fmt(e.get('diff'))} | "
+                             f"{_span(e, 'low', 'high')} | {_fmt(e.get('p'), 3)} | {verdict(e)} | "
+                             f"{_span(e, 'h_low', 'h_high')} | {_fmt(e.get('h_p'), 3)} | "
+                             f"{_span(e, 't_low', 't_high')} | {_fmt(e.get('t_p'), 3)} |"
+                             + (f" {e['error']}" if e.get("error") else ""))
+        lines += ["", "A difference is shown only when its 95% interval (the headline, seeds and test set) excludes 0 "
+                  "over 2 or more seeds; the seeds-for-power estimate takes the observed spreads as the truth.", ""]
     lines += ["## Cost and geometry (means over finished seeds)", "",
               "| arm | steps | train s | training examples/s | peak RSS MiB | l_align | l_uniform |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -232,8 +260,8 @@ def markdown(result: dict) -> str:
 
 
 def figure(result: dict, out: Path) -> Path | None:
-    """``report.png``: per task a panel, per arm its seeds' scores (points) and mean with the hierarchical
-    interval (bar). None when matplotlib is missing or no arm has a score."""
+    """``report.png``: per task a panel, per arm its seeds' scores (points) and mean with the headline interval
+    (bar). None when matplotlib is missing or no arm has a score."""
     try:
         import matplotlib
 
@@ -258,7 +286,7 @@ def figure(result: dict, out: Path) -> Path | None:
         ax.set_title(f"{task} ({result['spec']['split']})")
         ax.set_ylabel("Spearman x 100")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("seeds (grey) and mean with 95% hierarchical interval (blue)", fontsize=9)
+    fig.suptitle("seeds (grey) and mean with its 95% interval, seeds and test set (blue)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
