@@ -81,3 +81,44 @@ def test_versus_must_name_another_arm(tmp_path, tiny_world):
 
     with pytest.raises(SpecError, match=r"arm 'b': _versus 'zz' is not another arm; expected one of \['a'\]"):
         load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "b": {"_versus": "zz"}}))
+
+
+def test_reading_of_a_difference_says_shown_only_from_the_headline_interval():
+    from simcse.experiments.report import verdict
+
+    three = {"seeds": [1, 2, 3], "diff": 1.0, "pair_se": 0.2}
+    assert verdict({**three, "shown": True, "seeds_needed": None}) == "shown"
+    assert verdict({**three, "shown": False, "seeds_needed": 7}) == \
+        "not shown with 3 seeds; about 7 seeds for 80% power at this size (an estimate)"
+    assert verdict({**three, "shown": False, "seeds_needed": None}).startswith(
+        "not shown with 3 seeds; more seeds alone would not show a difference of this size (the test set's part "
+        "alone is +-0.39)")
+    assert verdict({"seeds": [1], "diff": 5.0, "shown": False}) == \
+        "not shown with 1 seed (an interval over seeds needs 2 or more)"
+    assert verdict({"seeds": []}) == "-"
+
+
+def test_report_reads_a_small_seed_dominated_difference_as_not_shown(tmp_path, tiny_world):
+    """Two arms whose per-seed differences are +0.4, +0.5, +0.1 points on 500 pairs scored alike: the old
+    seed-resampling interval is the range of the three (clear of 0); the headline is not."""
+    spec = load_spec(write_spec(tmp_path, tiny_world, seeds=[1, 2, 3]))
+    out = tmp_path / "out"
+    out.mkdir(parents=True)
+    write_json_atomic(out / "spec.json", {"path": spec.path, "spec": spec.raw})
+    gold = np.random.default_rng(0).standard_normal(500)
+    base = {s: np.random.default_rng(100 + s).standard_normal(500) for s in (1, 2, 3)}
+    shift = {1: 0.012, 2: 0.015, 3: 0.003}  # less noise on arm b, a little, by seed
+    for run in spec.runs():
+        d = R.prepare(out, run)
+        noise = 1.0 - (shift[run.seed] if run.arm == "b" else 0.0)
+        np.savez(d / "scores.npz", **{"STSBenchmark|test|sims": gold + noise * base[run.seed],
+                                      "STSBenchmark|test|gold": gold})
+        write_json_atomic(d / "result.json", {"status": "done", "digest": run.digest, "train": {"steps": 3}})
+    v = write_report(out)["versus"]["b"]["STSBenchmark"]
+    per_seed = list(v["per_seed"].values())
+    assert all(x > 0 for x in per_seed) and v["h_low"] > 0  # every seed up; the seed-resampling interval clear of 0
+    sd = np.std(per_seed, ddof=1)
+    assert v["high"] - v["diff"] >= 4.30 * sd / np.sqrt(3)  # at least the t part (t_{2, .975} = 4.30)
+    assert v["low"] < 0 and v["shown"] is False and v["p"] > 0.05
+    assert "| b | a | STSBenchmark | 3 of 3 seeds |" in (out / "report.md").read_text()
+    assert "not shown with 3 seeds" in (out / "report.md").read_text()
