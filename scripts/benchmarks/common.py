@@ -191,10 +191,65 @@ def real_tokens_per_step(model: str, sentences: list[str], batch_size: int, max_
     return max(1, round(views * batch_size * sum(lengths) / len(lengths)))
 
 
-def format_ceiling(c: dict) -> str:
-    """A :func:`gemm_ceiling` result as one line: ``fp32 X (model shapes) / Y (square) GFLOP/s, bf16 ...``."""
-    return ", ".join(f"{p} {c[p]['model'] / 1e9:.0f} (model shapes) / {c[p]['square'] / 1e9:.0f} (square) GFLOP/s"
+def format_ceiling(c: dict, isa: dict | None = None) -> str:
+    """A :func:`gemm_ceiling` result as one line: ``fp32 X (model shapes) / Y (square) GFLOP/s, bf16 ...``, and,
+    given ``isa`` (:func:`gemm_isa`), the kernels the products ran on: ``[bf16 on oneDNN brg_matmul:avx512_core_amx,
+    fp32 on MKL SGEMM]``, so that an MFU is read against the right limit."""
+    line = ", ".join(f"{p} {c[p]['model'] / 1e9:.0f} (model shapes) / {c[p]['square'] / 1e9:.0f} (square) GFLOP/s"
                      for p in ("fp32", "bf16") if p in c)
+    if isa:
+        line += " [" + ", ".join(f"{p} on {isa[p]}" for p in ("fp32", "bf16") if isa.get(p)) + "]"
+    return line
+
+
+#: one small product per precision, run by :func:`gemm_isa` under oneDNN's and MKL's verbose modes
+ISA_PROBE = ("import sys, torch; torch.set_num_threads(1); dev = sys.argv[1]\n"
+             "for dt in (torch.bfloat16, torch.float32):\n"
+             "    a = torch.randn(256, 256, dtype=dt, device=dev); torch.matmul(a, a)\n"
+             "if dev.startswith('cuda'): torch.cuda.synchronize(); print('CUDA_DEVICE', torch.cuda.get_device_name())\n")
+
+
+def parse_isa(text: str) -> dict:
+    """The kernels of a bf16 and an fp32 matrix product from oneDNN / MKL verbose output.
+
+    oneDNN prints one ``onednn_verbose,...,exec,cpu,matmul,<implementation>,...,src:<dtype>...`` line per executed
+    primitive (the implementation names the ISA: ``brg_matmul:avx512_core_amx`` runs on AMX tiles,
+    ``brg_matmul:avx512_core_bf16`` on AVX512-BF16) and an ``info,cpu,isa:...`` line; MKL prints ``MKL_VERBOSE SGEMM(...)``
+    for an fp32 product it runs. Returns ``{"bf16": ..., "fp32": ..., "cpu": oneDNN's ISA line}``, each None when the
+    output does not say.
+    """
+    out: dict = {"bf16": None, "fp32": None, "cpu": None}
+    for line in text.splitlines():
+        fields = line.strip().split(",")
+        if fields[0] == "onednn_verbose" and "isa:" in line and "info" in fields:
+            out["cpu"] = line.split("isa:", 1)[1].strip()
+        elif fields[0] == "onednn_verbose" and "exec" in fields:
+            for op in ("matmul", "inner_product"):
+                if op in fields and fields.index(op) + 1 < len(fields):
+                    impl = fields[fields.index(op) + 1]
+                    dtype = "bf16" if "src:bf16" in line else "fp32" if "src:f32" in line else None
+                    if dtype and out[dtype] is None:
+                        out[dtype] = f"oneDNN {impl}"
+        elif line.startswith("MKL_VERBOSE SGEMM") and out["fp32"] is None:
+            out["fp32"] = "MKL SGEMM"
+        elif line.startswith("CUDA_DEVICE"):
+            name = line.split(" ", 1)[1].strip()
+            out.update(bf16=f"cuBLAS ({name})", fp32=f"cuBLAS ({name})", cpu=None)
+    return out
+
+
+def gemm_isa(device: str = "cpu") -> dict:
+    """:func:`parse_isa` of a fresh process that runs one bf16 and one fp32 product on ``device`` with
+    ``ONEDNN_VERBOSE=1`` and ``MKL_VERBOSE=1`` (a process of its own, so the verbose output does not reach the
+    benchmark's). A probe that fails gives ``{"bf16": None, "fp32": None, "cpu": None}`` and the ceiling line
+    says nothing of the kernels."""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "MKL_VERBOSE": "1", "DNNL_VERBOSE": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-c", ISA_PROBE, device], env=env, capture_output=True, text=True,
+                              timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return parse_isa("")
+    return parse_isa(done.stdout + "\n" + done.stderr) if done.returncode == 0 else parse_isa("")
 
 
 # ------------------------------------------------------------------------------------------ GEMM ceiling

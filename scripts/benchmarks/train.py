@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import (TOLERANCE, check_idle, default_data, default_model, format_ceiling, gemm_ceiling,
+from scripts.benchmarks.common import (TOLERANCE, check_idle, default_data, default_model, format_ceiling, gemm_ceiling, gemm_isa,
                                        int_at_least, load_avg, load_line, read_sentences, real_tokens_per_step, repeat_until_stable,
                                        run_train_worker, settle_ceilings)
 from simcse.research.flops import encoder_shape, model_flops
@@ -323,12 +323,15 @@ def main(argv: list[str] | None = None) -> dict:
           f"threads={args.threads} ours_args={args.ours_args} real_tokens/step~{tokens} {load_avg()}", flush=True)
     gemm = common + ["--gemm", "--gemm-tokens", str(tokens)]
     before = run_train_worker(gemm)
-    print(f"GEMM ceiling (before): {format_ceiling(before)}, {load_avg()}", flush=True)
+    isa = gemm_isa(args.device)
+    print(f"GEMM ceiling (before): {format_ceiling(before, isa)}, {load_avg()}", flush=True)
+    if isa.get("cpu"):
+        print(f"oneDNN's CPU ISA: {isa['cpu']}", flush=True)
     runs = _run_rounds(args, common, precisions)
 
     def after():
         c = run_train_worker(gemm)
-        print(f"GEMM ceiling (after):  {format_ceiling(c)}, {load_avg()}", flush=True)
+        print(f"GEMM ceiling (after):  {format_ceiling(c, isa)}, {load_avg()}", flush=True)
         return c
 
     ceiling, _, _ = settle_ceilings(before, after, args.max_extra)

@@ -150,3 +150,33 @@ def test_every_timed_benchmark_refuses_a_busy_machine_before_it_measures(name, m
     with pytest.raises(SystemExit):
         bench.main(["--help"])
     assert "--allow_busy" in capsys.readouterr().out
+
+
+def test_parse_isa_names_the_kernels_of_each_precision():
+    from scripts.benchmarks.common import parse_isa
+
+    amx = "\n".join([
+        "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel AMX",
+        "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_amx,undef,src:bf16::blocked:ab::f0 "
+        "wei:bf16::blocked:ab::f0 dst:bf16::blocked:ab::f0,,,256x256:256x256,0.1",
+        "MKL_VERBOSE SGEMM(N,N,256,256,256,0x1,0x2,256,0x3,256,0x4,0x5,256) 7.53ms CNR:OFF Dyn:1 FastMM:1 TID:0  NThr:1",
+    ])
+    assert parse_isa(amx) == {"bf16": "oneDNN brg_matmul:avx512_core_amx", "fp32": "MKL SGEMM",
+                              "cpu": "Intel AVX-512 with Intel AMX"}
+    older = "onednn_verbose,exec,cpu,matmul,gemm:jit,undef,src_f32::blocked:ab:f0 src:f32::blocked:ab,,,2x2:2x2,0.1"
+    assert parse_isa(older)["fp32"] == "oneDNN gemm:jit" and parse_isa(older)["bf16"] is None
+    assert parse_isa("CUDA_DEVICE NVIDIA H100 80GB HBM3")["bf16"] == "cuBLAS (NVIDIA H100 80GB HBM3)"
+    assert parse_isa("") == {"bf16": None, "fp32": None, "cpu": None}
+
+
+def test_gemm_isa_on_this_cpu_names_a_bf16_kernel():
+    import platform
+
+    from scripts.benchmarks.common import format_ceiling, gemm_isa
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the x86 oneDNN kernels' names are checked on x86 only")
+    isa = gemm_isa("cpu")
+    assert isa["bf16"] and isa["bf16"].startswith("oneDNN ") and isa["fp32"]
+    c = {"fp32": {"model": 1e11, "square": 2e11}, "bf16": {"model": 3e11, "square": 4e11}}
+    assert format_ceiling(c, isa).endswith(f"[fp32 on {isa['fp32']}, bf16 on {isa['bf16']}]")
