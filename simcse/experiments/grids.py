@@ -263,7 +263,7 @@ def expand_grids(raw: dict, runner_options=("output_dir", "seed")) -> tuple[dict
     expanded: dict = {}
     methods: dict = {}
     for name, value in arms.items():
-        if isinstance(name, str) and "@" in name:
+        if isinstance(name, str) and "@" in name and not (isinstance(value, dict) and "_method" in value):
             raise GridError(f"arm name {name!r}: '@' is kept for grid points (<arm>@<option>=<value>); rename it")
         points = expand_arm(name, value, runner_options)
         clash = [p for p in points if p in expanded]
