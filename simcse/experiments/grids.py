@@ -92,8 +92,8 @@ def _check_values(arm: str, key: str, values, sampling: bool) -> None:
             raise GridError(f"arm {arm!r}: grid {key!r} is a range {values!r}, which only a random search can "
                             "draw from; add \"sample\": N, or give a list of values")
         if len(values) != 1 or next(iter(values)) not in RANGES:
-            raise GridError(f"arm {arm!r}: grid {key!r}: a range is one of {{{', '.join(repr(r) + ': [lo, hi]' for r in RANGES)}}}, "
-                            f"got {values!r}")
+            shapes = ", ".join(f"{{{r!r}: [lo, hi]}}" for r in RANGES)
+            raise GridError(f"arm {arm!r}: grid {key!r}: a range is one of {shapes}, got {values!r}")
         kind, ends = next(iter(values.items()))
         number = int if kind == "int_uniform" else (int, float)
         if (not isinstance(ends, list) or len(ends) != 2

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from simcse.experiments import runs as R
 from simcse.experiments.grids import format_value
-from simcse.experiments.report import analyse, markdown
+from simcse.experiments.report import analyse, markdown, save_report
 from simcse.experiments.spec import Spec, SpecError, parse_spec, write_json_atomic
 
 SELECTION_DIR, TEST_DIR, CHOICE_FILE = "selection", "test", "selection.json"
@@ -294,7 +294,8 @@ def markdown_tuned(result: dict) -> str:
              f"the dev split ({spec['metric']}: {spec['task']} dev Spearman x 100); the point with the best mean "
              f"is trained on test seeds {spec['test_seeds']} and scored on test. Runs: {spec['runs']}.", ""]
     if len(set(sizes.values())) > 1:
-        lines += [f"The methods tried different numbers of points ({', '.join(f'{m}: {n}' for m, n in sizes.items())}): "
+        tried = ", ".join(f"{m}: {n}" for m, n in sizes.items())
+        lines += [f"The methods tried different numbers of points ({tried}): "
                   "compare them at the same k in the expected-best table, not by their chosen points alone.", ""]
     lines += ["## Grids and choices (dev)", ""]
     for method, info in methods.items():
@@ -302,7 +303,7 @@ def markdown_tuned(result: dict) -> str:
         lines += [f"### {info['label']}", "",
                   "| point | " + " | ".join(keys) + " | " + " | ".join(f"seed {s}" for s in spec["seeds"])
                   + " | mean dev | chosen |",
-                  "| --- | " + " --- |" * (len(keys) + len(spec["seeds"]) + 2)]
+                  "| --- |" + " --- |" * (len(keys) + len(spec["seeds"]) + 2)]
         c = info["choice"]
         for r in info["grid"]:
             mark = "**chosen**" if c and r["point"] == c["point"] else ("tie" if c and r["point"] in c["tied"] else "")
@@ -393,15 +394,6 @@ def budget_figure(result: dict, out: Path) -> Path | None:
 def write_tuned_report(spec: Spec, output_dir: str | Path, n_resamples: int | None = None) -> dict:
     """Write ``report.md``, ``report.json`` and ``budget.png`` of a tuned experiment folder; returns the
     result with ``"files"`` and ``"markdown"``."""
-    from simcse.files.storage import write_text_atomic
-
     folder = Path(output_dir)
     result = analyse_tuned(spec, folder, n_resamples)
-    text = markdown_tuned(result)
-    write_text_atomic(folder / "report.md", text)
-    write_json_atomic(folder / "report.json", result)
-    files = [folder / "report.md", folder / "report.json"]
-    fig = budget_figure(result, folder / "budget.png")
-    files += [fig] if fig else []
-    result["files"], result["markdown"] = [str(f) for f in files], text
-    return result
+    return save_report(folder, result, markdown_tuned(result), lambda: [budget_figure(result, folder / "budget.png")])
