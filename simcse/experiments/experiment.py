@@ -2,12 +2,15 @@
 
     simcse experiment run SPEC --output_dir DIR [--executor local|slurm] [--parallel K] [--gpus_per_run G]
         [--arms a b] [--seeds 1 2] [--partition P --time MIN --cpus_per_run C --no_wait]   # slurm
+        [--phase all|selection]                  # a spec with "selection": grids chosen on dev, then tested
     simcse experiment report DIR [--resamples N]
     simcse experiment list
 
 ``run`` checks the whole spec (options, seeds, baseline) and every run folder already there before it starts
 anything, writes ``DIR/spec.json``, runs what is not done (finished runs are skipped, failed and stopped ones run
-again, a stopped one from its checkpoint), then writes the report (:mod:`simcse.experiments.report`).
+again, a stopped one from its checkpoint), then writes the report (:mod:`simcse.experiments.report`). A spec with
+``selection`` runs in two such folders, its grids on dev then the chosen points on test (:func:`run_tuned`,
+:mod:`simcse.experiments.selection`).
 """
 from __future__ import annotations
 

@@ -20,6 +20,10 @@ Keys starting with ``_`` are comments (``_comment``) or, in an arm, metadata sho
 it (e.g. ``"global_batch_size": null`` drops the base's global batch). The runner owns ``output_dir``, ``seed``,
 ``save_on_signal`` and ``resume_from_checkpoint``; an arm that sets one is refused.
 
+An arm's ``grid`` (option -> values; with ``sample``: N seeded random draws) makes each point an arm of its own,
+``<arm>@<option>=<value>,...`` (:mod:`simcse.experiments.grids`); a spec's ``selection`` (``metric``, ``seeds``,
+``test_seeds``) chooses each arm's point on dev and tests it on fresh seeds (:mod:`simcse.experiments.selection`).
+
 Arm kinds: ``simcse`` (default; one ``simcse train`` process), ``untrained`` (the base's model and pooler,
 scored as it is: the starting point of a gain) and ``sentence_transformers`` (sentence-transformers' own trainer
 and loss on the arm's options, :mod:`simcse.experiments.st_train`; no base, no config). An arm's ``_versus``
