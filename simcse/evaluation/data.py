@@ -81,9 +81,13 @@ def resolve_senteval_dir(path: str | os.PathLike | None = None) -> Path:
     return folder
 
 
-def missing_files(data_dir: Path, task: str) -> tuple[Path, list[str]]:
-    """The folder of ``task`` under ``data_dir`` and the file names missing there (empty when complete)."""
+def missing_files(data_dir: Path, task: str, splits=None) -> tuple[Path, list[str]]:
+    """The folder of ``task`` under ``data_dir`` and the file names missing there (empty when complete).
+    ``splits``: for STS-B and SICK-R, only these splits' files are needed (None: every split's); a scoring on
+    ``dev`` then never asks for the test file."""
     folder, names = _task_files(data_dir, task)
+    if splits is not None and task in SPLIT_PAIR_FILES:
+        names = [SPLIT_PAIR_FILES[task][1][s] for s in splits if s in SPLIT_PAIR_FILES[task][1]]
     return folder, [n for n in names if not (folder / n).is_file()]
 
 

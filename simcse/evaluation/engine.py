@@ -216,11 +216,12 @@ def check_tasks(tasks: str | Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_data(data_dir: Path, tasks: Iterable[str]) -> None:
-    """Raise FileNotFoundError naming the folder and the download script when a task's files are missing."""
+def check_data(data_dir: Path, tasks: Iterable[str], splits: Sequence[str] | None = None) -> None:
+    """Raise FileNotFoundError naming the folder and the download script when a task's files are missing
+    (``splits``: STS-B's and SICK-R's files of these splits only; None: all of them)."""
     problems = []
     for t in tasks:
-        folder, missing = D.missing_files(data_dir, t)
+        folder, missing = D.missing_files(data_dir, t, splits)
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
             problems.append(f"{t} (missing {shown} in {folder})")
@@ -297,7 +298,7 @@ def evaluate(
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     splits = _sts_splits(mode, sts_splits)
     folder = D.resolve_senteval_dir(data_dir)
-    check_data(folder, names)
+    check_data(folder, names, splits)
     cfg = ClassifierConfig(kfold=kfold if kfold is not None else (10 if mode == "test" else 5), seed=seed, n_jobs=n_jobs,
                            classifier=classifier, logreg=LOGREG_SETTINGS[mode])
     plan = [_make_task(n, folder, splits) for n in names]
@@ -347,7 +348,7 @@ def sts_scores(encode: Encoder, tasks: str | Iterable[str], data_dir: str | Path
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     folder = D.resolve_senteval_dir(data_dir)
-    check_data(folder, names)
+    check_data(folder, names, _sts_splits(mode, sts_splits))
     plan = [_make_task(n, folder, _sts_splits(mode, sts_splits)) for n in names]
     emb = _encode_once(encode, (s for t in plan for s in t.sentences()))
     return {t.name: t.scored(emb) for t in plan}

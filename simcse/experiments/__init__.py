@@ -3,7 +3,9 @@ over seeds (``simcse experiment``; docs/experiments.md).
 
 :mod:`~simcse.experiments.spec` (what a spec is), :mod:`~simcse.experiments.runs` (one run's folder and
 processes), :mod:`~simcse.experiments.executors` (local, slurm through submitit),
-:mod:`~simcse.experiments.report` (the statistics), :mod:`~simcse.experiments.experiment` (the command).
+:mod:`~simcse.experiments.report` (the statistics), :mod:`~simcse.experiments.grids` (grids and random search in
+an arm), :mod:`~simcse.experiments.selection` (select on dev, test on fresh seeds, expected best vs points tried),
+:mod:`~simcse.experiments.experiment` (the command).
 """
 from simcse.experiments.experiment import main, plan, run_experiment
 from simcse.experiments.report import analyse, write_report

@@ -2,12 +2,15 @@
 
     simcse experiment run SPEC --output_dir DIR [--executor local|slurm] [--parallel K] [--gpus_per_run G]
         [--arms a b] [--seeds 1 2] [--partition P --time MIN --cpus_per_run C --no_wait]   # slurm
+        [--phase all|selection]                  # a spec with "selection": grids chosen on dev, then tested
     simcse experiment report DIR [--resamples N]
     simcse experiment list
 
 ``run`` checks the whole spec (options, seeds, baseline) and every run folder already there before it starts
 anything, writes ``DIR/spec.json``, runs what is not done (finished runs are skipped, failed and stopped ones run
-again, a stopped one from its checkpoint), then writes the report (:mod:`simcse.experiments.report`).
+again, a stopped one from its checkpoint), then writes the report (:mod:`simcse.experiments.report`). A spec with
+``selection`` runs in two such folders, its grids on dev then the chosen points on test (:func:`run_tuned`,
+:mod:`simcse.experiments.selection`).
 """
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ def plan(spec: Spec, output_dir: str | Path, arms: list[str] | None = None, seed
 def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: str = "local", parallel: int = 1,
                    gpus_per_run: int = 0, arms: list[str] | None = None, seeds: list[int] | None = None,
                    slurm: dict | None = None, submitit_executor=None, wait: bool = True, report: bool = True,
-                   stream=None, before_runs=None) -> dict:
+                   stream=None, before_runs=None, phase: str = "all") -> dict:
     """Run a grid (see the module); returns ``{"results": {run key: record}, "report": ..., "stopped": bool}``.
 
     Args:
@@ -86,6 +89,8 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
         wait: slurm: follow the jobs until they end (else return after submitting).
         before_runs: called with the runs to run once every check passed, before the first starts (a timed
             benchmark's idle-machine guard); not called when every run is done.
+        phase: a spec with ``selection`` (:func:`run_tuned`): ``all`` (select, then test) or ``selection``
+            (stop after the grids' dev runs).
 
     Raises:
         SpecError, RunConflict, ExecutorError: before any run starts, one line each (an ``output_dir`` that
@@ -112,6 +117,16 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
             raise ExecutorError(f"--executor slurm: {e} (submitit could not set up the Slurm job array)") from None
     with contextlib.redirect_stdout(io.StringIO()):  # the option checks' own notices (precision) are not news here
         spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    if spec.selection is not None:  # grids selected on dev, then tested on fresh seeds: two ordinary phases
+        if arms or seeds:
+            raise SpecError(f"--arms/--seeds: {spec.path} has a 'selection', whose phases run every method's "
+                            "grid; run it whole (a rerun continues it)")
+        return run_tuned(spec, out, phase, executor=executor, parallel=parallel, gpus_per_run=gpus_per_run,
+                         slurm=slurm, submitit_executor=submitit_executor, wait=wait, report=report, stream=stream,
+                         before_runs=before_runs)
+    if phase != "all":
+        raise SpecError(f"--phase {phase}: {spec.path} has no 'selection' (a spec with one runs in phases)")
+    with contextlib.redirect_stdout(io.StringIO()):
         runs = plan(spec, out, arms, seeds)
         check_data(spec, [r for r in runs if R.state(out, r) != "done"])
     todo = [r for r in runs if R.state(out, r) != "done"]
@@ -144,6 +159,73 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
         print(rep["markdown"], flush=True)
         print(f"[experiment] wrote {', '.join(rep['files'])}", flush=True)
     return {"results": results, "report": rep, "stopped": stopped}
+
+
+def run_tuned(spec: Spec, output_dir: Path, phase: str = "all", report: bool = True, wait: bool = True,
+              **kwargs) -> dict:
+    """Run a spec with ``selection`` (:mod:`simcse.experiments.selection`): its selection phase (every grid
+    point on the selection seeds, dev only) in ``DIR/selection``, the choice, then (``phase`` ``all``) the
+    chosen points on the test seeds in ``DIR/test``, each through :func:`run_experiment`; then the tuned report.
+
+    Returns:
+        ``{"results": {phase/run key: record}, "report", "stopped", "choice"}``.
+
+    Raises:
+        SpecError: before any run: a phase's options, data or folders, a grid over ``selection.budget_hours``,
+            a bad ``phase``. SelectionError: a method without a complete point, a choice that differs from the
+            one the test phase ran with (before any test run).
+    """
+    from simcse.experiments import selection as S
+
+    if phase not in ("all", "selection"):
+        raise SpecError(f"--phase must be 'all' or 'selection', got {phase!r}")
+    out = Path(output_dir)
+    with contextlib.redirect_stdout(io.StringIO()):
+        sel_spec = S.selection_spec(spec)
+        runs = plan(sel_spec, out / S.SELECTION_DIR)
+        check_data(sel_spec, [r for r in runs if R.state(out / S.SELECTION_DIR, r) != "done"])
+    S.check_budget(spec, out)
+    S.check_grid(spec, out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / SPEC_FILE, {"path": spec.path, "spec": spec.raw})
+    print(f"[experiment] {spec.name}: select on {spec.selection['metric']} over seeds {spec.selection['seeds']}, "
+          f"test over seeds {spec.selection['test_seeds']}: {S.planned_runs(spec)[1]}", flush=True)
+    first = run_experiment(sel_spec, out / S.SELECTION_DIR, report=report, wait=wait, **kwargs)
+    results = {f"{S.SELECTION_DIR}/{k}": v for k, v in first["results"].items()}
+    done = {"results": results, "report": None, "stopped": first["stopped"], "choice": None}
+    if first["stopped"] or not wait:
+        return done
+    if phase == "all":
+        choice = S.choose(spec, out)
+        S.check_choice(spec, out, choice)
+        for method, c in choice.items():
+            print(f"[experiment] {method}: chose {c['point']} (mean dev {c['mean']:.2f})"
+                  + (f", tied with {c['tied']}: the first in the grid's order" if c["tied"] else ""), flush=True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            t_spec = S.test_spec(spec, choice)
+        S.record_choice(spec, out, choice)
+        second = run_experiment(t_spec, out / S.TEST_DIR, report=report, wait=wait, **kwargs)
+        results.update({f"{S.TEST_DIR}/{k}": v for k, v in second["results"].items()})
+        done.update(stopped=second["stopped"], choice=choice)
+        if second["stopped"] or not wait:
+            return done
+    if report:
+        done["report"] = S.write_tuned_report(spec, out)
+        print(done["report"]["markdown"], flush=True)
+        print(f"[experiment] wrote {', '.join(done['report']['files'])}", flush=True)
+    return done
+
+
+def write_any_report(output_dir: str | Path, n_resamples: int | None = None) -> dict:
+    """The report of an experiment folder: :func:`~simcse.experiments.report.write_report`, or for a spec with
+    ``selection`` :func:`~simcse.experiments.selection.write_tuned_report`."""
+    from simcse.experiments.report import load_experiment
+    from simcse.experiments.selection import write_tuned_report
+
+    spec = load_experiment(output_dir)
+    if spec.selection is not None:
+        return write_tuned_report(spec, output_dir, n_resamples)
+    return write_report(output_dir, n_resamples)
 
 
 def run_built_spec(raw: dict, output_dir: str | Path, origin: str, **kwargs) -> dict:
@@ -181,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--arms", nargs="+", default=None, help="run only these arms (default: all)")
     r.add_argument("--seeds", nargs="+", type=int, default=None, help="run only these seeds (default: all)")
     r.add_argument("--no_report", action="store_true", help="do not write the report at the end")
+    r.add_argument("--phase", choices=["all", "selection"], default="all", help="a spec with 'selection': all "
+                   "(select on dev, then test the chosen points) or selection (stop after the grids' dev runs)")
     s = r.add_argument_group("slurm (--executor slurm)")
     s.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
     s.add_argument("--time", type=int, default=60, help="time limit per task in minutes (a task that reaches it "
@@ -203,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(list_specs()))
             return 0
         if args.action == "report":
-            rep = write_report(args.output_dir, args.resamples)
+            rep = write_any_report(args.output_dir, args.resamples)
             print(rep["markdown"])
             print(f"[experiment] wrote {', '.join(rep['files'])}")
             return 0
@@ -212,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         slurm = {"partition": args.partition, "time_min": args.time, "cpus_per_run": args.cpus_per_run}
         out = run_experiment(args.spec, args.output_dir, args.executor, args.parallel, args.gpus_per_run,
-                             args.arms, args.seeds, slurm=slurm, wait=not args.no_wait, report=not args.no_report)
+                             args.arms, args.seeds, slurm=slurm, wait=not args.no_wait, report=not args.no_report,
+                             phase=args.phase)
     except (SpecError, R.RunConflict, ExecutorError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

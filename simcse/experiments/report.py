@@ -331,15 +331,19 @@ def write_report(output_dir: str | Path, n_resamples: int | None = None) -> dict
     with ``"files"`` (the paths written)."""
     folder = Path(output_dir)
     result = analyse(folder, n_resamples)
-    text = markdown(result)
+    figures = lambda: [figure(result, folder / "report.png"), *geometry_figures(result, folder)]  # noqa: E731
+    return save_report(folder, result, markdown(result), figures)
+
+
+def save_report(folder: Path, result: dict, text: str, figures) -> dict:
+    """Write ``report.md`` (``text``) and ``report.json`` (``result``) into ``folder``, then the figures
+    (``figures()``: the paths written, None for one not drawn); returns ``result`` with ``"files"`` (the paths
+    written) and ``"markdown"``."""
     from simcse.files.storage import write_text_atomic
 
     write_text_atomic(folder / "report.md", text)
     write_json_atomic(folder / "report.json", result)
-    files = [folder / "report.md", folder / "report.json"]
-    fig = figure(result, folder / "report.png")
-    files += [fig] if fig else []
-    files += geometry_figures(result, folder)
+    files = [folder / "report.md", folder / "report.json"] + [f for f in figures() if f]
     result["files"] = [str(f) for f in files]
     result["markdown"] = text
     return result

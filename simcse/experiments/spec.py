@@ -20,6 +20,10 @@ Keys starting with ``_`` are comments (``_comment``) or, in an arm, metadata sho
 it (e.g. ``"global_batch_size": null`` drops the base's global batch). The runner owns ``output_dir``, ``seed``,
 ``save_on_signal`` and ``resume_from_checkpoint``; an arm that sets one is refused.
 
+An arm's ``grid`` (option -> values; with ``sample``: N seeded random draws) makes each point an arm of its own,
+``<arm>@<option>=<value>,...`` (:mod:`simcse.experiments.grids`); a spec's ``selection`` (``metric``, ``seeds``,
+``test_seeds``) chooses each arm's point on dev and tests it on fresh seeds (:mod:`simcse.experiments.selection`).
+
 Arm kinds: ``simcse`` (default; one ``simcse train`` process), ``untrained`` (the base's model and pooler,
 scored as it is: the starting point of a gain) and ``sentence_transformers`` (sentence-transformers' own trainer
 and loss on the arm's options, :mod:`simcse.experiments.st_train`; no base, no config). An arm's ``_versus``
@@ -40,15 +44,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simcse.experiments.grids import GridError, expand_grids
 from simcse.files.storage import write_text_atomic
 
 KINDS = ("simcse", "untrained", "sentence_transformers")
 RUNNER_OPTIONS = ("output_dir", "seed", "save_on_signal", "resume_from_checkpoint", "overwrite_output_dir")
-SPEC_KEYS = {"base", "options", "seeds", "arms", "baseline", "evaluation", "name", "description"}
+SPEC_KEYS = {"base", "options", "seeds", "arms", "baseline", "evaluation", "name", "description", "selection"}
 # signals a run saves a checkpoint on: TERM (kill, Slurm's preemption), USR1 (the runner's own request) and USR2
 # (submitit's and Slurm's warning before a time limit)
 SAVE_SIGNALS = "TERM,USR1,USR2"
-ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+# a grid point's name adds "@<option>=<value>,..." (simcse.experiments.grids)
+ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(@[A-Za-z0-9_.+\-=,]+)?")
 
 
 class SpecError(ValueError):
@@ -171,6 +177,9 @@ class Spec:
     description: str = ""
     path: str = "<spec>"
     raw: dict = field(default_factory=dict)
+    # the checked "selection" (simcse.experiments.grids.expand_grids): arms are then the methods' grid points
+    # and seeds the selection seeds; None: an ordinary spec
+    selection: dict | None = None
 
     def runs(self) -> list[Run]:
         """Every (arm, seed) run, arms in spec order, seeds in spec order within each arm."""
@@ -295,6 +304,11 @@ def parse_spec(raw: dict, path: str = "<spec>") -> Spec:
     unknown = sorted(k for k in raw if k not in SPEC_KEYS and not k.startswith("_"))
     if unknown:
         raise SpecError(f"spec {path}: unknown key {unknown[0]!r}; expected {sorted(SPEC_KEYS)} (or '_' comments)")
+    original = raw
+    try:  # grids and random searches become arms of their own; a selection's seeds become the spec's
+        raw, selection = expand_grids(raw, RUNNER_OPTIONS)
+    except GridError as e:
+        raise SpecError(f"spec {path}: {e}") from None
     for key in ("seeds", "arms", "baseline"):
         if key not in raw:
             raise SpecError(f"spec {path}: missing {key!r}")
@@ -339,7 +353,7 @@ def parse_spec(raw: dict, path: str = "<spec>") -> Spec:
         raise SpecError(f"spec {path}: {e}") from None
     return Spec(base=base or "", seeds=list(seeds), arms=arms, baseline=raw["baseline"], evaluation=evaluation,
                 options=dict(options), name=raw.get("name", Path(path).stem), description=raw.get("description", ""),
-                path=path, raw=raw)
+                path=path, raw=original, selection=selection)
 
 
 def check_options(spec: Spec) -> None:
