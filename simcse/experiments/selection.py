@@ -30,7 +30,7 @@ from pathlib import Path
 
 from simcse.experiments import runs as R
 from simcse.experiments.grids import format_value
-from simcse.experiments.report import analyse, markdown, save_report
+from simcse.experiments.report import analyse, markdown, save_report, verdict
 from simcse.experiments.spec import Spec, SpecError, parse_spec, write_json_atomic
 
 SELECTION_DIR, TEST_DIR, CHOICE_FILE = "selection", "test", "selection.json"
@@ -344,16 +344,16 @@ def markdown_tuned(result: dict) -> str:
         task = spec["task"] if spec["task"] in test["spec"]["tasks"] else test["spec"]["tasks"][0]
         lines += [f"{task} ({test['spec']['split']}), the baseline `{spec['baseline']}`; the intervals are the "
                   "report's paired comparison (below).", "",
-                  "| method | chosen point | mean dev | mean test | seeds | test - baseline | 95% interval |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "| method | chosen point | mean dev | mean test | seeds | test - baseline | 95% interval | reading |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for method, info in methods.items():
             arm = test["arms"].get(method, {}).get("tasks", {}).get(task, {})
             vs = test["versus"].get(method, {}).get(task, {})
             c = info["choice"] or {}
             lines.append(f"| {info['label']} | `{c.get('point', '-')}` | {_f(c.get('mean'))} | {_f(arm.get('mean'))} "
                          f"| {arm.get('n', 0)} of {arm.get('of', len(spec['test_seeds']))} | "
-                         + (f"{_f(vs.get('diff'))} | [{_f(vs.get('low'))}, {_f(vs.get('high'))}] |" if vs
-                            else "(baseline) | - |"))
+                         + (f"{_f(vs.get('diff'))} | [{_f(vs.get('low'))}, {_f(vs.get('high'))}] | {verdict(vs)} |"
+                            if vs else "(baseline) | - | - |"))
         lines.append("")
         lines += ["#" + line if line.startswith("#") else line for line in markdown(test).splitlines()]
     return "\n".join(lines) + "\n"
