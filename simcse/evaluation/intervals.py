@@ -24,7 +24,10 @@ interval of about +-2 points). This module resamples the scored pairs:
   spread and the finite test set: with identical seeds it is the test set's interval, with very many pairs the
   seeds' spread.
   :func:`seed_t_interval` and :func:`paired_seed_t` are the plain t statistics over the seeds' scores, shown
-  beside them.
+  beside them. Over 3 seeds the seed-resampling interval of a *difference* is about the range of the seeds'
+  differences and covers about 4 times in 5 when seeds dominate; the experiment report's headline interval
+  (:mod:`simcse.evaluation.seed_intervals`) adds a t-based seed part to the test set's part instead, on the draws
+  of :func:`pair_resamples_over_seeds`.
 
 Spearman is the Pearson correlation of average ranks (scipy's ``rankdata``, ties averaged), computed for all
 resamples at once.
