@@ -4,8 +4,9 @@ its own beyond handing runs to an existing engine (a thread pool of ``parallel``
 
 ``local``: ``parallel`` runs at a time, each with ``OMP_NUM_THREADS`` = the CPUs / ``parallel`` (torch's thread
 count follows it) and, with ``gpus_per_run`` G, its own ``CUDA_VISIBLE_DEVICES`` (G devices of those visible,
-one slot per run). SIGTERM or SIGINT to the runner asks every running run to save a checkpoint and stop, starts
-no further run, and the same command later continues from there.
+one slot per run). SIGTERM, SIGINT or SIGHUP to the runner asks every running run to save a checkpoint and stop
+(torchrun forwards the request to each worker), starts no further run, and the same command later continues from
+there; a runner killed outright (SIGKILL) takes its runs down too, each asked to save first.
 
 ``slurm``: one array task per pending run (``slurm_array_parallelism`` = ``parallel``), with the partition, the
 time limit, G GPUs and the CPUs per task; a run on several GPUs runs under ``torch.distributed.run`` inside its
@@ -27,6 +28,8 @@ from simcse.experiments import runs as R
 from simcse.experiments.spec import Run
 
 SLURM_EXTRA = "pip install simcse[slurm]"
+# the signals that stop the local runner (its runs save a checkpoint and end): kill, Ctrl-C, a closed terminal
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class ExecutorError(ValueError):
@@ -74,9 +77,12 @@ class Progress:
             if text == self.last and not force:
                 return
             self.last = text
-            tty = getattr(self.stream, "isatty", lambda: False)()
-            self.stream.write(("\r\x1b[K" + text) if tty else text + "\n")
-            self.stream.flush()
+            try:
+                tty = getattr(self.stream, "isatty", lambda: False)()
+                self.stream.write(("\r\x1b[K" + text) if tty else text + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):  # the terminal closed (SIGHUP): the runs go on being stopped, unprinted
+                pass
 
     def started(self, run: Run) -> None:
         with self.lock:
@@ -126,7 +132,7 @@ def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int 
               stream=None) -> dict:
     """Execute the ``plan``'s runs here, ``parallel`` at a time; returns ``{run key: result record}``.
 
-    A SIGTERM/SIGINT while it runs: the running runs save a checkpoint and stop (status ``stopped``), the rest
+    A SIGTERM/SIGINT/SIGHUP while it runs: the running runs save a checkpoint and stop (status ``stopped``), the rest
     do not start; the function returns what there is and ``__stopped__`` is True in the result.
 
     Raises:
@@ -139,6 +145,7 @@ def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int 
         slots.put(env)
     progress = Progress(output_dir, plan, parallel, stream)
     stop = threading.Event()
+    R.STOPPING.clear()
     results: dict = {}
 
     def one(run: Run) -> None:
@@ -157,7 +164,7 @@ def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int 
         R.signal_current()  # every running run saves a checkpoint and stops
 
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS} if main_thread else {}
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures = [pool.submit(one, run) for run in plan]
@@ -188,7 +195,7 @@ def _submitit():
 class RunTask:
     """The callable submitit pickles for one array task: ``RunTask(output_dir, run, gpus)()`` executes the run;
     on submitit's preemption/timeout signal, :meth:`checkpoint` asks the training process to save a checkpoint
-    (SIGUSR1), waits for it, and returns a new submission of itself, which resumes from that checkpoint."""
+    (:data:`simcse.experiments.runs.STOP_SIGNAL`, forwarded by torchrun to every worker), waits for it, and returns a new submission of itself, which resumes from that checkpoint."""
 
     def __init__(self, output_dir: str, run: Run, gpus: int = 0, env: dict | None = None):
         self.output_dir, self.run, self.gpus, self.env = str(output_dir), run, gpus, dict(env or {})
@@ -197,6 +204,7 @@ class RunTask:
         d = R.run_dir(self.output_dir, self.run)
         d.mkdir(parents=True, exist_ok=True)
         (d / "task.pid").write_text(str(os.getpid()))
+        R.STOPPING.clear()
         return R.execute(self.output_dir, self.run, self.env, self.gpus)
 
     def checkpoint(self, *args, **kwargs):

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -120,7 +121,8 @@ def train_command(run: Run, d: Path, gpus: int = 0) -> list[str]:
     if ck:
         cmd += ["--resume_from_checkpoint", ck]
     if gpus > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", *cmd]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
+                f"--shutdown_timeout={STOP_TIMEOUT}", *cmd]
     return [sys.executable, *cmd]
 
 
@@ -142,19 +144,53 @@ def score_command(run: Run, d: Path) -> list[str]:
     return cmd
 
 
-def _child(cmd: list[str], log: Path, env: dict, lock_fd: int) -> tuple[int, float]:
-    """Run ``cmd`` with its output appended to ``log``; ``(exit status, peak RSS MiB)``. While it runs it is
-    in :data:`CURRENT` (a signal to this process's executor can reach it)."""
-    import threading
+# the signal that asks a child to save a checkpoint and end: ``simcse train --save_on_signal`` saves on it, torchrun
+# forwards it to every worker (waiting STOP_TIMEOUT s before it kills one), and a scoring process just ends (it starts
+# again from the saved model)
+STOP_SIGNAL = signal.SIGTERM
+STOP_TIMEOUT = 300
+# set once a stop was asked (a signal to the runner, a Slurm task's checkpoint()): no further child starts
+STOPPING = threading.Event()
 
+
+def _ends_with_parent():
+    """A ``preexec_fn`` that makes the child get :data:`STOP_SIGNAL` when the thread that started it ends (Linux
+    ``PR_SET_PDEATHSIG``; a runner killed by SIGKILL takes its runs down, each saving a checkpoint first), or None
+    where the platform has no such call. Resolved before the fork; the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent, pr_set_pdeathsig = os.getpid(), 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(STOP_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent ended before the call: end now, as the signal would have asked
+            os._exit(EXIT_PREEMPTED)
+
+    return preexec
+
+
+def _child(cmd: list[str], log: Path, env: dict, lock_fd: int) -> tuple[int, float, bool]:
+    """Run ``cmd`` with its output appended to ``log``; ``(exit status, peak RSS MiB, stopped)``, ``stopped``
+    True when a stop was asked while it ran (or before it could start: then it does not start). While it runs it
+    is in :data:`CURRENT` (a signal to this process's executor can reach it); it ends with this thread."""
     me = threading.get_ident()
+    if STOPPING.is_set():
+        return EXIT_PREEMPTED, 0.0, True
     with open(log, "ab") as out:
         out.write(f"\n[experiment] $ {' '.join(cmd)}\n".encode())
         out.flush()
         # a session of its own: a Ctrl-C at the runner's terminal reaches the runner, which asks for a checkpoint
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(lock_fd,),
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_ends_with_parent())
         CURRENT[me] = proc
+        if STOPPING.is_set():  # the stop came while it was starting
+            proc.send_signal(STOP_SIGNAL)
         try:
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
@@ -162,18 +198,19 @@ def _child(cmd: list[str], log: Path, env: dict, lock_fd: int) -> tuple[int, flo
             usage = None
         finally:
             CURRENT.pop(me, None)
-    return proc.returncode, (usage.ru_maxrss / 1024.0 if usage else 0.0)
+    return proc.returncode, (usage.ru_maxrss / 1024.0 if usage else 0.0), STOPPING.is_set()
 
 
 def signal_current() -> None:
-    """Ask every running child of this process to save a checkpoint and stop (SIGUSR1; ``simcse train
-    --save_on_signal``); returns at once."""
+    """Ask every running child of this process to save a checkpoint and end (:data:`STOP_SIGNAL`; ``simcse train
+    --save_on_signal``, forwarded by torchrun to its workers), and start no further child; returns at once."""
+    STOPPING.set()
     for proc in list(CURRENT.values()):
         if proc.poll() is None:
-            proc.send_signal(signal.SIGUSR1)
+            proc.send_signal(STOP_SIGNAL)
 
 
-def stop_current(timeout: float = 300.0) -> None:
+def stop_current(timeout: float = STOP_TIMEOUT + 60) -> None:
     """:func:`signal_current`, then wait up to ``timeout`` s for each child to end (killed after that)."""
     procs = list(CURRENT.values())
     signal_current()
@@ -254,13 +291,18 @@ def execute(output_dir: str | Path, run: Run, env: dict | None = None, gpus: int
         if run.kind != "untrained" and not (model / "simcse_results.json").is_file():
             if model.exists() and not _last_checkpoint(model):
                 shutil.rmtree(model)  # an attempt that stopped before its first checkpoint: start again
-            code, rss = _child(train_command(run, d, gpus), log, full_env, lock_fd)
-            if code != 0:
-                status = "stopped" if code == EXIT_PREEMPTED else "failed"
+            code, rss, stopped = _child(train_command(run, d, gpus), log, full_env, lock_fd)
+            if code != 0 or stopped:
+                # asked to stop: whatever the status (torchrun's own after forwarding the signal), the run stopped
+                status = "stopped" if code == EXIT_PREEMPTED or stopped else "failed"
                 record.update(status=status, returncode=code, error=last_line(log), seconds=round(time.time() - t0, 1))
                 write_json_atomic(d / "result.json", record)
                 return record
-        code, score_rss = _child(score_command(run, d), log, full_env, lock_fd)
+        code, score_rss, stopped = _child(score_command(run, d), log, full_env, lock_fd)
+        if stopped and code != 0:  # scoring ended by the stop: scored again (from the saved model) on the next run
+            record.update(status="stopped", returncode=code, seconds=round(time.time() - t0, 1))
+            write_json_atomic(d / "result.json", record)
+            return record
         if code != 0 or not (d / "scores.json").is_file():
             record.update(status="failed", returncode=code, error=last_line(log), seconds=round(time.time() - t0, 1))
             write_json_atomic(d / "result.json", record)
