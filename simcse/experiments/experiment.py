@@ -139,7 +139,14 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
     if stopped:
         print("[experiment] stopped: the running runs saved a checkpoint; the same command continues the grid",
               flush=True)
-    rep = write_report(out) if report and not stopped else None
+    rep = None
+    if report and not stopped:
+        try:
+            rep = write_report(out)
+        except Exception as e:  # the runs' results are on disk: say so, and how to report them later
+            print(f"[experiment] error: the report could not be written ({type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}); every run's result is kept in {out}/runs; "
+                  f"'simcse experiment report {out}' writes it", file=sys.stderr, flush=True)
     if rep:
         print(rep["markdown"], flush=True)
         print(f"[experiment] wrote {', '.join(rep['files'])}", flush=True)

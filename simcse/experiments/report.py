@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from simcse.experiments import runs as R
-from simcse.experiments.spec import SpecError, parse_spec, write_json_atomic
+from simcse.experiments.spec import MIN_RESAMPLES, SpecError, parse_spec, write_json_atomic
+from simcse.files.checks import check_int
 
 SPEC_FILE = "spec.json"
 
@@ -65,7 +66,10 @@ def _seed_record(output_dir, run) -> dict:
 
 
 def _fmt(v, digits: int = 2) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+    """A number with ``digits`` decimals; ``-`` for none; anything else as it is (a report never dies on a value)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{digits}f}" if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else str(v)
 
 
 def _mean(values):
@@ -99,9 +103,14 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
                                              paired_seed_t, seed_t_interval)
     from simcse.experiments.score import read_scores
 
+    if n_resamples is not None:
+        try:
+            check_int(n_resamples, "--resamples", MIN_RESAMPLES)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
     spec = load_experiment(output_dir)
     ev = spec.evaluation
-    resamples = n_resamples or ev.bootstrap
+    resamples = ev.bootstrap if n_resamples is None else n_resamples
     by_arm: dict = {}
     for run in spec.runs():
         by_arm.setdefault(run.arm, []).append(run)

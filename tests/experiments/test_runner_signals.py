@@ -122,7 +122,10 @@ def test_submitit_preemption_stops_every_torchrun_worker(tmp_path, tiny_world, m
     assert not [p for p in seen["trainers"] if Path(f"/proc/{p}").exists()]  # none trains on beside the requeue
     assert res["results"]["a/seed1"]["status"] == "done", res["results"]
     log = (out / "runs/a/seed1/run.log").read_text()
-    assert log.count("resumed from step") == 1 and log.count("torch.distributed.run") == 2
+    commands = [ln for ln in log.splitlines() if ln.startswith("[experiment] $ ")]
+    assert [("torch.distributed.run" in c, "--resume_from_checkpoint" in c) for c in commands] == [
+        (True, False), (True, True), (False, False)]  # train, train resumed, score
+    assert "resumed from step" in log
     assert json.loads((out / "runs/a/seed1/result.json").read_text())["train"]["steps"] == 40
 
 
