@@ -44,32 +44,37 @@ def _fmt_s(seconds: float | None) -> str:
 
 
 class Progress:
-    """The one progress line of a grid: runs done / running / failed of the total, the running runs' steps, and an
-    ETA from the durations of the runs finished in this invocation (printed when it changes; on a terminal,
-    redrawn in place)."""
+    """The one progress line of a grid: runs done / running / failed of the whole grid (``done_before``: the
+    runs that were done when this invocation began), the running runs' steps, and an ETA from the durations of
+    the finished runs (those done before by their recorded ``seconds``), printed when it changes; on a terminal,
+    redrawn in place. A run counts once: running while it runs (a failed run being run again is not failed),
+    then as its new result says."""
 
-    def __init__(self, output_dir, plan: list[Run], parallel: int, stream=None):
+    def __init__(self, output_dir, plan: list[Run], parallel: int, stream=None, done_before: list[Run] = ()):
         self.output_dir, self.plan, self.parallel = output_dir, plan, max(1, parallel)
         self.stream = stream or sys.stdout
-        self.durations: list[float] = []
+        self.done_before = len(done_before)
+        self.durations: list[float] = [s for s in ((R.current_result(output_dir, r) or {}).get("seconds")
+                                                   for r in done_before) if isinstance(s, (int, float)) and s > 0]
         self.running: dict[str, tuple[Run, float]] = {}
+        self.ended: set[str] = set()  # runs of the plan that ended in this invocation
         self.last = ""
         self.lock = threading.Lock()
 
     def line(self) -> str:
-        states = [R.state(self.output_dir, r) for r in self.plan]
-        done, failed = states.count("done"), states.count("failed")
+        ended = [R.state(self.output_dir, r) for r in self.plan if r.key in self.ended]
+        done, failed = self.done_before + ended.count("done"), ended.count("failed")
         steps = []
         for key, (run, _) in sorted(self.running.items()):
             s = R.current_step(self.output_dir, run)
             steps.append(f"{key} step {s[0]}/{s[1]}" if s else f"{key} starting")
-        left = len(self.plan) - done - failed - len(self.running)
+        left = len(self.plan) - len(ended) - len(self.running)
         eta = None
         if self.durations:
             mean = sum(self.durations) / len(self.durations)
             eta = mean * (left + len(self.running)) / self.parallel
-        return (f"[experiment] {done}/{len(self.plan)} done, {len(self.running)} running, {failed} failed"
-                + (f" | {'; '.join(steps)}" if steps else "") + f" | ETA {_fmt_s(eta)}")
+        return (f"[experiment] {done}/{len(self.plan) + self.done_before} done, {len(self.running)} running, "
+                f"{failed} failed" + (f" | {'; '.join(steps)}" if steps else "") + f" | ETA {_fmt_s(eta)}")
 
     def show(self, force: bool = False) -> None:
         with self.lock:
@@ -89,9 +94,13 @@ class Progress:
             self.running[run.key] = (run, time.time())
 
     def finished(self, run: Run) -> None:
+        """``run`` ended (its duration counts toward the ETA when :meth:`started` saw it start)."""
         with self.lock:
-            _, t0 = self.running.pop(run.key, (run, time.time()))
-            self.durations.append(time.time() - t0)
+            if run.key in self.ended:
+                return
+            self.ended.add(run.key)
+            if run.key in self.running:
+                self.durations.append(time.time() - self.running.pop(run.key)[1])
 
 
 def _visible_gpus() -> list[str]:
@@ -129,8 +138,9 @@ def local_slots(parallel: int, gpus_per_run: int, cpus: int | None = None) -> li
 
 
 def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int = 0, progress_every: float = 5.0,
-              stream=None) -> dict:
+              stream=None, done_before: list[Run] = ()) -> dict:
     """Execute the ``plan``'s runs here, ``parallel`` at a time; returns ``{run key: result record}``.
+    ``done_before``: the grid's runs already done (counted in the progress line and its ETA).
 
     A SIGTERM/SIGINT/SIGHUP while it runs: the running runs save a checkpoint and stop (status ``stopped``), the rest
     do not start; the function returns what there is and ``__stopped__`` is True in the result.
@@ -143,7 +153,7 @@ def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int 
     slots: queue.Queue = queue.Queue()
     for env in local_slots(parallel, gpus_per_run):
         slots.put(env)
-    progress = Progress(output_dir, plan, parallel, stream)
+    progress = Progress(output_dir, plan, parallel, stream, done_before)
     stop = threading.Event()
     R.STOPPING.clear()
     results: dict = {}
@@ -240,8 +250,9 @@ def slurm_executor(output_dir, partition: str | None = None, time_min: int = 60,
 
 
 def run_slurm(output_dir, plan: list[Run], executor, gpus_per_run: int = 0, wait: bool = True,
-              progress_every: float = 30.0, stream=None) -> dict:
-    """Submit the ``plan``'s runs as one job array (one task each) and, with ``wait``, follow them until they end.
+              progress_every: float = 30.0, stream=None, done_before: list[Run] = ()) -> dict:
+    """Submit the ``plan``'s runs as one job array (one task each) and, with ``wait``, follow them until they end
+    (``done_before``: as :func:`run_local`).
 
     Returns:
         ``{run key: result record}`` of the ended tasks (``wait``), else ``{run key: job id}``.
@@ -256,10 +267,15 @@ def run_slurm(output_dir, plan: list[Run], executor, gpus_per_run: int = 0, wait
           f"(logs: {getattr(executor, 'folder', '')})", flush=True)
     if not wait:
         return {run.key: job.job_id for run, job in zip(plan, jobs)}
-    progress = Progress(output_dir, plan, len(plan), stream)
+    progress = Progress(output_dir, plan, len(plan), stream, done_before)
     while not all(j.done() for j in jobs):
+        for run, job in zip(plan, jobs):
+            if job.done():
+                progress.finished(run)
         progress.show()
         time.sleep(progress_every)
+    for run in plan:
+        progress.finished(run)
     progress.show(force=True)
     out = {}
     for run, job in zip(plan, jobs):

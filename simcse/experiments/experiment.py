@@ -123,13 +123,15 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
           f"{', restricted' if arms or seeds else ''}), {len(runs) - len(todo)} done before, {len(todo)} to run; "
           f"folder {out}", flush=True)
     stopped = False
+    done_before = [r for r in runs if r not in todo]
     if not todo:
         results = {}
     elif executor == "local":
-        results = run_local(out, todo, parallel, gpus_per_run, stream=stream)
+        results = run_local(out, todo, parallel, gpus_per_run, stream=stream, done_before=done_before)
         stopped = results.pop("__stopped__", False)
     else:
         results = run_slurm(out, todo, slurm_ex, gpus_per_run, wait=wait, stream=stream,
+                            done_before=done_before,
                             **({"progress_every": 2.0} if submitit_executor is not None else {}))
         if not wait:
             return {"results": results, "report": None, "stopped": False}

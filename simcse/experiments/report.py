@@ -59,9 +59,7 @@ def load_experiment(output_dir: str | Path):
 
 
 def _seed_record(output_dir, run) -> dict:
-    res = R.read_json(R.run_dir(output_dir, run) / "result.json") or {}
-    if res.get("digest") not in (None, run.digest):
-        res = {}
+    res = R.current_result(output_dir, run) or {}
     return {"seed": run.seed, "status": res.get("status", "pending"), "record": res}
 
 

@@ -55,7 +55,8 @@ def read_json(path: Path) -> dict | None:
 
 
 def check_folder(output_dir: str | Path, run: Run) -> None:
-    """Refuse a run folder whose ``run.json`` records another run (the spec changed under it).
+    """Refuse a run folder whose ``run.json`` records another run: one trained otherwise (kind, options). A
+    change of the evaluation is no conflict: the run is rescored or only reported again (:func:`state`).
 
     Raises:
         RunConflict: one line naming the folder and the first differing field.
@@ -64,18 +65,30 @@ def check_folder(output_dir: str | Path, run: Run) -> None:
     old = read_json(d / "run.json")
     if old is None:
         return
-    if old.get("digest") != run.digest:
-        diff = first_difference(old.get("identity", {}), run.identity()) or "digest"
+    trained = {k: v for k, v in (old.get("identity") or {}).items() if k in run.identity()}
+    if old.get("digest") != run.digest and trained != run.identity():
+        diff = first_difference(trained, run.identity()) or "digest"
         raise RunConflict(f"{d} holds a run of another spec ({diff}); give a new --output_dir, or remove that "
                           "folder to train it again")
 
 
+def current_result(output_dir: str | Path, run: Run) -> dict | None:
+    """The run's ``result.json`` when it is a result of this run as the spec now scores it, else None: trained
+    as ``run`` (its digest), scored on ``run``'s scoring fields (its score digest; a record without one is taken
+    as scored so), and, when ``done``, with its ``scores.npz`` still there (without it the run is scored again)."""
+    d = run_dir(output_dir, run)
+    res = read_json(d / "result.json")
+    if res is None or res.get("digest") != run.digest or res.get("score_digest", run.score_digest) != run.score_digest:
+        return None
+    if res.get("status") == "done" and not (d / "scores.npz").is_file():
+        return None
+    return res
+
+
 def state(output_dir: str | Path, run: Run) -> str:
-    """``done``, ``failed``, ``stopped`` or ``pending`` (no result yet) for ``run`` in ``output_dir``."""
-    res = read_json(run_dir(output_dir, run) / "result.json")
-    if res is None or res.get("digest") != run.digest:
-        return "pending"
-    return res.get("status", "pending")
+    """``done``, ``failed``, ``stopped`` or ``pending`` (no current result: :func:`current_result`) for ``run``."""
+    res = current_result(output_dir, run)
+    return "pending" if res is None else res.get("status", "pending")
 
 
 def current_step(output_dir: str | Path, run: Run) -> tuple[int, int] | None:
@@ -241,7 +254,8 @@ def prepare(output_dir: str | Path, run: Run) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     check_folder(output_dir, run)
     write_json_atomic(d / "run.json", {"arm": run.arm, "seed": run.seed, "digest": run.digest,
-                                       "identity": run.identity(), "meta": run.meta})
+                                       "identity": run.identity(), "score_digest": run.score_digest,
+                                       "scoring": run.scoring(), "meta": run.meta})
     if run.kind != "untrained":
         write_json_atomic(d / "config.json", run.options)
     return d
@@ -280,13 +294,12 @@ def execute(output_dir: str | Path, run: Run, env: dict | None = None, gpus: int
     d = prepare(output_dir, run)
     lock_fd = _lock(d)
     try:
-        old = read_json(d / "result.json")
-        if old is not None and old.get("digest") == run.digest and old.get("status") == "done":
-            return old
+        if state(output_dir, run) == "done":
+            return current_result(output_dir, run)
         full_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
         log, model = d / "run.log", d / "model"
         t0 = time.time()
-        record = {"arm": run.arm, "seed": run.seed, "digest": run.digest}
+        record = {"arm": run.arm, "seed": run.seed, "digest": run.digest, "score_digest": run.score_digest}
         rss = 0.0
         if run.kind != "untrained" and not (model / "simcse_results.json").is_file():
             if model.exists() and not _last_checkpoint(model):

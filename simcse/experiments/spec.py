@@ -56,6 +56,10 @@ class SpecError(ValueError):
     """A spec that cannot be run: one line naming the spec file, the field and what was expected."""
 
 
+# the evaluation fields that change a run's scores (a change rescores its saved model) and those that change only
+# the report (nothing is run again); no evaluation field retrains a run
+SCORING_FIELDS = ("tasks", "split", "alignment", "batch_size", "max_length")
+REPORT_FIELDS = ("bootstrap", "bootstrap_seed")
 MIN_RESAMPLES = 2  # a bootstrap interval needs at least two resamples (evaluation.bootstrap, report --resamples)
 
 
@@ -129,7 +133,10 @@ class Run:
         options: the resolved options (config, then spec options, then arm options, then the seed), JSON values;
             for a ``simcse`` run exactly the config file the run trains with (without ``output_dir``).
         evaluation: the spec's :class:`Evaluation` as a dict.
-        digest: 12 hex digits of SHA-256 over kind, options and evaluation: the run's identity.
+        digest: 12 hex digits of SHA-256 over kind and options: the run's identity, what trains it (a change
+            there is another run). score_digest: the same over the evaluation fields that change the scores
+            (:data:`SCORING_FIELDS`: a change there rescores the trained model); the rest of the evaluation
+            (:data:`REPORT_FIELDS`) changes only the report.
         meta: the arm's ``_`` metadata (label, paper number).
     """
 
@@ -145,12 +152,20 @@ class Run:
         return f"{self.arm}/seed{self.seed}"
 
     def identity(self) -> dict:
-        """What the digest covers: ``{"kind", "options", "evaluation"}``."""
-        return {"kind": self.kind, "options": self.options, "evaluation": self.evaluation}
+        """What the digest covers, what trains the run: ``{"kind", "options"}``."""
+        return {"kind": self.kind, "options": self.options}
 
     @property
     def digest(self) -> str:
         return run_digest(self.identity())
+
+    def scoring(self) -> dict:
+        """What the score digest covers: the evaluation fields of :data:`SCORING_FIELDS`."""
+        return {k: self.evaluation.get(k) for k in SCORING_FIELDS}
+
+    @property
+    def score_digest(self) -> str:
+        return run_digest(self.scoring())
 
 
 def run_digest(identity: dict) -> str:
