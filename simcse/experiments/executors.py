@@ -114,7 +114,7 @@ def _visible_gpus() -> list[str]:
 
 def local_slots(parallel: int, gpus_per_run: int, cpus: int | None = None) -> list[dict]:
     """The environment of each of ``parallel`` local slots: ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` (the CPUs
-    split evenly, at least 1) and, with ``gpus_per_run`` > 0, ``CUDA_VISIBLE_DEVICES`` (slot i: devices
+    split evenly, at least 1, and never more than the user's own ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``) and, with ``gpus_per_run`` > 0, ``CUDA_VISIBLE_DEVICES`` (slot i: devices
     ``i*G .. i*G+G-1`` of those visible).
 
     Raises:
@@ -124,9 +124,16 @@ def local_slots(parallel: int, gpus_per_run: int, cpus: int | None = None) -> li
         raise ExecutorError(f"--parallel must be at least 1, got {parallel}")
     if gpus_per_run < 0:
         raise ExecutorError(f"--gpus_per_run must be 0 or more, got {gpus_per_run}")
-    cpus = cpus or len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = str(max(1, cpus // parallel))
-    slots = [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for _ in range(parallel)]
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cpus // parallel)
+    slots = []
+    for _ in range(parallel):
+        slot = {}
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # never more threads than the user allowed
+            cap = os.environ.get(name, "").strip()
+            slot[name] = str(min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads)
+        slots.append(slot)
     if gpus_per_run:
         gpus = _visible_gpus()
         if len(gpus) < parallel * gpus_per_run:
