@@ -221,6 +221,32 @@ def read_st_pipeline(folder) -> STPipeline | None:
                       default_prompt_name=st_cfg.get("default_prompt_name"))
 
 
+def st_transformer_folder(folder) -> Path | None:
+    """Where a local sentence-transformers folder keeps its Transformer module when ``modules.json`` places it in
+    a subfolder (older saves: ``0_Transformer/``), as ``SentenceTransformer(folder)`` reads it; None when the
+    module is at the folder's root, for a folder saved by simcse, or anything that is not such a folder.
+
+    Raises:
+        ValueError: the module's path is not a folder inside ``folder`` (one line naming the path).
+    """
+    root = Path(folder) if isinstance(folder, (str, os.PathLike)) else None
+    if root is None or not root.is_dir() or (root / "simcse_config.json").is_file():
+        return None
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        return None
+    modules = _read_json(modules_file, "list of modules")
+    first = modules[0] if isinstance(modules, list) and modules and isinstance(modules[0], dict) else {}
+    sub = str(first.get("path") or "")
+    if not sub or str(first.get("type", "")).rsplit(".", 1)[-1] != "Transformer":
+        return None
+    target = (root / sub).resolve()
+    if not target.is_dir() or root.resolve() not in target.parents:
+        raise ValueError(f"{modules_file}: the Transformer module's path {sub!r} is not a folder inside "
+                         f"{str(root)!r}; expected the module's weights, config and tokenizer there")
+    return root / sub
+
+
 def apply_st_pipeline(model, pipeline: STPipeline, folder) -> None:
     """Give ``model`` (a :class:`simcse.SimCSEModel` just loaded from ``folder``) what the folder's pipeline does
     after pooling, so :meth:`SimCSEModel.encode` gives sentence-transformers' embeddings: its ``Normalize`` module
