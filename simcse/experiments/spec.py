@@ -30,6 +30,10 @@ data).
 baseline (an arm), each arm's options against the ``simcse train`` parser (an unknown option named with its arm),
 and their values through the same argument dataclasses ``simcse train`` builds. Each error is one
 :class:`SpecError` line naming the spec file and the field.
+
+Why one module: a spec's shape, the checks of the whole spec before any run (keys, seeds, arms, the report's
+metadata, every arm's options) and what one of its runs is (its identity and scoring) all read the same fields;
+split, each part would restate the others' field names and rules.
 """
 from __future__ import annotations
 
