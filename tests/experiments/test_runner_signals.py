@@ -142,17 +142,19 @@ def test_sighup_stops_the_run_like_sigterm(tmp_path, tiny_world):
     assert_resumes(path, out, 40)
 
 
-def test_sigkill_of_the_runner_takes_its_run_down_with_a_checkpoint(tmp_path, tiny_world):
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_sigkill_of_the_runner_takes_its_run_down_with_a_checkpoint(tmp_path, tiny_world, monkeypatch, gpus):
     path, out = _spec(tmp_path, tiny_world), tmp_path / "out"
     run = load_spec(path).runs()[0]
-    runner = start_runner(path, out)
+    runner = start_runner(path, out, "--gpus_per_run", str(gpus), env=TWO_GPUS)
     wait_until("reached step 2", at_step(out, run), runner=runner)
     runner.kill()
     runner.communicate(timeout=30)
     nothing_left(out, timeout=120)  # the trainer saw its parent end: it saved a checkpoint and ended
     model = out / "runs/a/seed1/model"
     assert R._last_checkpoint(model) and not (model / "simcse_results.json").exists()  # stopped, not finished
-    assert_resumes(path, out, 40)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert_resumes(path, out, 40, gpus_per_run=gpus)
 
 
 def test_sigterm_while_scoring_records_stopped_and_the_rerun_scores(tmp_path, tiny_world):
