@@ -10,11 +10,12 @@ it returns, and the same for ``SimCSE.similarity(list, list)``'s diagonal.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from scripts.benchmarks.common import default_data, default_model
+from scripts.benchmarks.common import default_model
 
 
 def main(argv=None) -> None:
@@ -28,7 +29,10 @@ def main(argv=None) -> None:
     from simcse.retrieval.index import faiss_available
     from simcse.files.inputs import iter_lines
 
-    dev = default_data("senteval/downstream/STS/STSBenchmark/sts-dev.csv")
+    from simcse.evaluation import resolve_senteval_dir
+
+    # where the evaluator finds SentEval ($SIMCSE_SENTEVAL_DIR, $SIMCSE_DATA_MIRROR/senteval/downstream, data/downstream)
+    dev = Path(resolve_senteval_dir(None)) / "STS" / "STSBenchmark" / "sts-dev.csv"
     rows = [line.split("\t") for line in iter_lines(dev)]
     sents = list(dict.fromkeys(r[5] for r in rows if len(r) > 6))[: args.n]
     tool = SimCSE(args.model_name_or_path, "cpu")

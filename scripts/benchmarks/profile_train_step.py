@@ -118,8 +118,9 @@ def profile(args, precision: str) -> None:
 
     torch.set_num_threads(args.threads)
     total = args.warmup + args.steps
-    with tempfile.TemporaryDirectory(prefix="profile_step_") as out:
-        train_file = Path(out) / "train.txt"  # the first sentences only (the trainer reads the whole file)
+    with tempfile.TemporaryDirectory(prefix="profile_step_") as tmp:
+        out = str(Path(tmp) / "run")  # an empty output folder: training refuses one that holds anything
+        train_file = Path(tmp) / "train.txt"  # the first sentences only (the trainer reads the whole file)
         train_file.write_text("\n".join(read_sentences(args.data, 64 * total)) + "\n", encoding="utf-8")
         options = dict(train_file=str(train_file), output_dir=out, max_steps=total, max_train_samples=64 * total,
                        eval_strategy="no", save_strategy="no", load_best_model_at_end=False,

@@ -4,8 +4,9 @@ its own beyond handing runs to an existing engine (a thread pool of ``parallel``
 
 ``local``: ``parallel`` runs at a time, each with ``OMP_NUM_THREADS`` = the CPUs / ``parallel`` (torch's thread
 count follows it) and, with ``gpus_per_run`` G, its own ``CUDA_VISIBLE_DEVICES`` (G devices of those visible,
-one slot per run). SIGTERM or SIGINT to the runner asks every running run to save a checkpoint and stop, starts
-no further run, and the same command later continues from there.
+one slot per run). SIGTERM, SIGINT or SIGHUP to the runner asks every running run to save a checkpoint and stop
+(torchrun forwards the request to each worker), starts no further run, and the same command later continues from
+there; a runner killed outright (SIGKILL) takes its runs down too, each asked to save first.
 
 ``slurm``: one array task per pending run (``slurm_array_parallelism`` = ``parallel``), with the partition, the
 time limit, G GPUs and the CPUs per task; a run on several GPUs runs under ``torch.distributed.run`` inside its
@@ -27,6 +28,8 @@ from simcse.experiments import runs as R
 from simcse.experiments.spec import Run
 
 SLURM_EXTRA = "pip install simcse[slurm]"
+# the signals that stop the local runner (its runs save a checkpoint and end): kill, Ctrl-C, a closed terminal
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class ExecutorError(ValueError):
@@ -41,32 +44,37 @@ def _fmt_s(seconds: float | None) -> str:
 
 
 class Progress:
-    """The one progress line of a grid: runs done / running / failed of the total, the running runs' steps, and an
-    ETA from the durations of the runs finished in this invocation (printed when it changes; on a terminal,
-    redrawn in place)."""
+    """The one progress line of a grid: runs done / running / failed of the whole grid (``done_before``: the
+    runs that were done when this invocation began), the running runs' steps, and an ETA from the durations of
+    the finished runs (those done before by their recorded ``seconds``), printed when it changes; on a terminal,
+    redrawn in place. A run counts once: running while it runs (a failed run being run again is not failed),
+    then as its new result says."""
 
-    def __init__(self, output_dir, plan: list[Run], parallel: int, stream=None):
+    def __init__(self, output_dir, plan: list[Run], parallel: int, stream=None, done_before: list[Run] = ()):
         self.output_dir, self.plan, self.parallel = output_dir, plan, max(1, parallel)
         self.stream = stream or sys.stdout
-        self.durations: list[float] = []
+        self.done_before = len(done_before)
+        self.durations: list[float] = [s for s in ((R.current_result(output_dir, r) or {}).get("seconds")
+                                                   for r in done_before) if isinstance(s, (int, float)) and s > 0]
         self.running: dict[str, tuple[Run, float]] = {}
+        self.ended: set[str] = set()  # runs of the plan that ended in this invocation
         self.last = ""
         self.lock = threading.Lock()
 
     def line(self) -> str:
-        states = [R.state(self.output_dir, r) for r in self.plan]
-        done, failed = states.count("done"), states.count("failed")
+        ended = [R.state(self.output_dir, r) for r in self.plan if r.key in self.ended]
+        done, failed = self.done_before + ended.count("done"), ended.count("failed")
         steps = []
         for key, (run, _) in sorted(self.running.items()):
             s = R.current_step(self.output_dir, run)
             steps.append(f"{key} step {s[0]}/{s[1]}" if s else f"{key} starting")
-        left = len(self.plan) - done - failed - len(self.running)
+        left = len(self.plan) - len(ended) - len(self.running)
         eta = None
         if self.durations:
             mean = sum(self.durations) / len(self.durations)
             eta = mean * (left + len(self.running)) / self.parallel
-        return (f"[experiment] {done}/{len(self.plan)} done, {len(self.running)} running, {failed} failed"
-                + (f" | {'; '.join(steps)}" if steps else "") + f" | ETA {_fmt_s(eta)}")
+        return (f"[experiment] {done}/{len(self.plan) + self.done_before} done, {len(self.running)} running, "
+                f"{failed} failed" + (f" | {'; '.join(steps)}" if steps else "") + f" | ETA {_fmt_s(eta)}")
 
     def show(self, force: bool = False) -> None:
         with self.lock:
@@ -74,18 +82,25 @@ class Progress:
             if text == self.last and not force:
                 return
             self.last = text
-            tty = getattr(self.stream, "isatty", lambda: False)()
-            self.stream.write(("\r\x1b[K" + text) if tty else text + "\n")
-            self.stream.flush()
+            try:
+                tty = getattr(self.stream, "isatty", lambda: False)()
+                self.stream.write(("\r\x1b[K" + text) if tty else text + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):  # the terminal closed (SIGHUP): the runs go on being stopped, unprinted
+                pass
 
     def started(self, run: Run) -> None:
         with self.lock:
             self.running[run.key] = (run, time.time())
 
     def finished(self, run: Run) -> None:
+        """``run`` ended (its duration counts toward the ETA when :meth:`started` saw it start)."""
         with self.lock:
-            _, t0 = self.running.pop(run.key, (run, time.time()))
-            self.durations.append(time.time() - t0)
+            if run.key in self.ended:
+                return
+            self.ended.add(run.key)
+            if run.key in self.running:
+                self.durations.append(time.time() - self.running.pop(run.key)[1])
 
 
 def _visible_gpus() -> list[str]:
@@ -99,7 +114,7 @@ def _visible_gpus() -> list[str]:
 
 def local_slots(parallel: int, gpus_per_run: int, cpus: int | None = None) -> list[dict]:
     """The environment of each of ``parallel`` local slots: ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` (the CPUs
-    split evenly, at least 1) and, with ``gpus_per_run`` > 0, ``CUDA_VISIBLE_DEVICES`` (slot i: devices
+    split evenly, at least 1, and never more than the user's own ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``) and, with ``gpus_per_run`` > 0, ``CUDA_VISIBLE_DEVICES`` (slot i: devices
     ``i*G .. i*G+G-1`` of those visible).
 
     Raises:
@@ -109,9 +124,16 @@ def local_slots(parallel: int, gpus_per_run: int, cpus: int | None = None) -> li
         raise ExecutorError(f"--parallel must be at least 1, got {parallel}")
     if gpus_per_run < 0:
         raise ExecutorError(f"--gpus_per_run must be 0 or more, got {gpus_per_run}")
-    cpus = cpus or len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = str(max(1, cpus // parallel))
-    slots = [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads} for _ in range(parallel)]
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cpus // parallel)
+    slots = []
+    for _ in range(parallel):
+        slot = {}
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # never more threads than the user allowed
+            cap = os.environ.get(name, "").strip()
+            slot[name] = str(min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads)
+        slots.append(slot)
     if gpus_per_run:
         gpus = _visible_gpus()
         if len(gpus) < parallel * gpus_per_run:
@@ -123,10 +145,11 @@ def local_slots(parallel: int, gpus_per_run: int, cpus: int | None = None) -> li
 
 
 def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int = 0, progress_every: float = 5.0,
-              stream=None) -> dict:
+              stream=None, done_before: list[Run] = ()) -> dict:
     """Execute the ``plan``'s runs here, ``parallel`` at a time; returns ``{run key: result record}``.
+    ``done_before``: the grid's runs already done (counted in the progress line and its ETA).
 
-    A SIGTERM/SIGINT while it runs: the running runs save a checkpoint and stop (status ``stopped``), the rest
+    A SIGTERM/SIGINT/SIGHUP while it runs: the running runs save a checkpoint and stop (status ``stopped``), the rest
     do not start; the function returns what there is and ``__stopped__`` is True in the result.
 
     Raises:
@@ -137,8 +160,9 @@ def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int 
     slots: queue.Queue = queue.Queue()
     for env in local_slots(parallel, gpus_per_run):
         slots.put(env)
-    progress = Progress(output_dir, plan, parallel, stream)
+    progress = Progress(output_dir, plan, parallel, stream, done_before)
     stop = threading.Event()
+    R.STOPPING.clear()
     results: dict = {}
 
     def one(run: Run) -> None:
@@ -157,7 +181,7 @@ def run_local(output_dir, plan: list[Run], parallel: int = 1, gpus_per_run: int 
         R.signal_current()  # every running run saves a checkpoint and stops
 
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS} if main_thread else {}
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures = [pool.submit(one, run) for run in plan]
@@ -188,7 +212,7 @@ def _submitit():
 class RunTask:
     """The callable submitit pickles for one array task: ``RunTask(output_dir, run, gpus)()`` executes the run;
     on submitit's preemption/timeout signal, :meth:`checkpoint` asks the training process to save a checkpoint
-    (SIGUSR1), waits for it, and returns a new submission of itself, which resumes from that checkpoint."""
+    (:data:`simcse.experiments.runs.STOP_SIGNAL`, forwarded by torchrun to every worker), waits for it, and returns a new submission of itself, which resumes from that checkpoint."""
 
     def __init__(self, output_dir: str, run: Run, gpus: int = 0, env: dict | None = None):
         self.output_dir, self.run, self.gpus, self.env = str(output_dir), run, gpus, dict(env or {})
@@ -197,6 +221,7 @@ class RunTask:
         d = R.run_dir(self.output_dir, self.run)
         d.mkdir(parents=True, exist_ok=True)
         (d / "task.pid").write_text(str(os.getpid()))
+        R.STOPPING.clear()
         return R.execute(self.output_dir, self.run, self.env, self.gpus)
 
     def checkpoint(self, *args, **kwargs):
@@ -232,8 +257,9 @@ def slurm_executor(output_dir, partition: str | None = None, time_min: int = 60,
 
 
 def run_slurm(output_dir, plan: list[Run], executor, gpus_per_run: int = 0, wait: bool = True,
-              progress_every: float = 30.0, stream=None) -> dict:
-    """Submit the ``plan``'s runs as one job array (one task each) and, with ``wait``, follow them until they end.
+              progress_every: float = 30.0, stream=None, done_before: list[Run] = ()) -> dict:
+    """Submit the ``plan``'s runs as one job array (one task each) and, with ``wait``, follow them until they end
+    (``done_before``: as :func:`run_local`).
 
     Returns:
         ``{run key: result record}`` of the ended tasks (``wait``), else ``{run key: job id}``.
@@ -248,10 +274,15 @@ def run_slurm(output_dir, plan: list[Run], executor, gpus_per_run: int = 0, wait
           f"(logs: {getattr(executor, 'folder', '')})", flush=True)
     if not wait:
         return {run.key: job.job_id for run, job in zip(plan, jobs)}
-    progress = Progress(output_dir, plan, len(plan), stream)
+    progress = Progress(output_dir, plan, len(plan), stream, done_before)
     while not all(j.done() for j in jobs):
+        for run, job in zip(plan, jobs):
+            if job.done():
+                progress.finished(run)
         progress.show()
         time.sleep(progress_every)
+    for run in plan:
+        progress.finished(run)
     progress.show(force=True)
     out = {}
     for run, job in zip(plan, jobs):

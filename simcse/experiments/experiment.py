@@ -138,13 +138,15 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
           f"{', restricted' if arms or seeds else ''}), {len(runs) - len(todo)} done before, {len(todo)} to run; "
           f"folder {out}", flush=True)
     stopped = False
+    done_before = [r for r in runs if r not in todo]
     if not todo:
         results = {}
     elif executor == "local":
-        results = run_local(out, todo, parallel, gpus_per_run, stream=stream)
+        results = run_local(out, todo, parallel, gpus_per_run, stream=stream, done_before=done_before)
         stopped = results.pop("__stopped__", False)
     else:
         results = run_slurm(out, todo, slurm_ex, gpus_per_run, wait=wait, stream=stream,
+                            done_before=done_before,
                             **({"progress_every": 2.0} if submitit_executor is not None else {}))
         if not wait:
             return {"results": results, "report": None, "stopped": False}
@@ -154,7 +156,14 @@ def run_experiment(spec: str | Path | Spec, output_dir: str | Path, executor: st
     if stopped:
         print("[experiment] stopped: the running runs saved a checkpoint; the same command continues the grid",
               flush=True)
-    rep = write_report(out) if report and not stopped else None
+    rep = None
+    if report and not stopped:
+        try:
+            rep = write_report(out)
+        except Exception as e:  # the runs' results are on disk: say so, and how to report them later
+            print(f"[experiment] error: the report could not be written ({type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}); every run's result is kept in {out}/runs; "
+                  f"'simcse experiment report {out}' writes it", file=sys.stderr, flush=True)
     if rep:
         print(rep["markdown"], flush=True)
         print(f"[experiment] wrote {', '.join(rep['files'])}", flush=True)
@@ -219,9 +228,10 @@ def run_tuned(spec: Spec, output_dir: Path, phase: str = "all", report: bool = T
 def write_any_report(output_dir: str | Path, n_resamples: int | None = None) -> dict:
     """The report of an experiment folder: :func:`~simcse.experiments.report.write_report`, or for a spec with
     ``selection`` :func:`~simcse.experiments.selection.write_tuned_report`."""
-    from simcse.experiments.report import load_experiment
+    from simcse.experiments.report import check_resamples, load_experiment
     from simcse.experiments.selection import write_tuned_report
 
+    check_resamples(n_resamples)
     spec = load_experiment(output_dir)
     if spec.selection is not None:
         return write_tuned_report(spec, output_dir, n_resamples)

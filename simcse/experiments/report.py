@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from simcse.experiments import runs as R
-from simcse.experiments.spec import SpecError, parse_spec, write_json_atomic
+from simcse.experiments.spec import MIN_RESAMPLES, SpecError, parse_spec, write_json_atomic
+from simcse.files.checks import check_int
 
 SPEC_FILE = "spec.json"
 
@@ -59,15 +60,29 @@ def load_experiment(output_dir: str | Path):
     return parse_spec(raw.get("spec", raw), raw.get("path", str(f)))
 
 
+def check_resamples(n_resamples) -> None:
+    """Refuse a report's ``--resamples`` below :data:`~simcse.experiments.spec.MIN_RESAMPLES` (None: the spec's).
+
+    Raises:
+        SpecError: one line naming ``--resamples``.
+    """
+    if n_resamples is not None:
+        try:
+            check_int(n_resamples, "--resamples", MIN_RESAMPLES)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+
+
 def _seed_record(output_dir, run) -> dict:
-    res = R.read_json(R.run_dir(output_dir, run) / "result.json") or {}
-    if res.get("digest") not in (None, run.digest):
-        res = {}
+    res = R.current_result(output_dir, run) or {}
     return {"seed": run.seed, "status": res.get("status", "pending"), "record": res}
 
 
 def _fmt(v, digits: int = 2) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+    """A number with ``digits`` decimals; ``-`` for none; anything else as it is (a report never dies on a value)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{digits}f}" if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else str(v)
 
 
 def _mean(values):
@@ -103,9 +118,10 @@ def analyse(output_dir: str | Path, n_resamples: int | None = None) -> dict:
     from simcse.evaluation.seed_intervals import compare_seeds, summarize_seeds
     from simcse.experiments.score import read_scores
 
+    check_resamples(n_resamples)
     spec = load_experiment(output_dir)
     ev = spec.evaluation
-    resamples = n_resamples or ev.bootstrap
+    resamples = ev.bootstrap if n_resamples is None else n_resamples
     by_arm: dict = {}
     for run in spec.runs():
         by_arm.setdefault(run.arm, []).append(run)

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def read_json(path: Path) -> dict | None:
 
 
 def check_folder(output_dir: str | Path, run: Run) -> None:
-    """Refuse a run folder whose ``run.json`` records another run (the spec changed under it).
+    """Refuse a run folder whose ``run.json`` records another run: one trained otherwise (kind, options). A
+    change of the evaluation is no conflict: the run is rescored or only reported again (:func:`state`).
 
     Raises:
         RunConflict: one line naming the folder and the first differing field.
@@ -63,18 +65,34 @@ def check_folder(output_dir: str | Path, run: Run) -> None:
     old = read_json(d / "run.json")
     if old is None:
         return
-    if old.get("digest") != run.digest:
-        diff = first_difference(old.get("identity", {}), run.identity()) or "digest"
+    trained = {k: v for k, v in (old.get("identity") or {}).items() if k in run.identity()}
+    if old.get("digest") != run.digest and trained != run.identity():
+        diff = first_difference(trained, run.identity()) or "digest"
         raise RunConflict(f"{d} holds a run of another spec ({diff}); give a new --output_dir, or remove that "
                           "folder to train it again")
 
 
+def current_result(output_dir: str | Path, run: Run) -> dict | None:
+    """The run's ``result.json`` when it is a result of this run as the spec now scores it, else None: trained
+    as ``run`` (its digest), scored on ``run``'s scoring fields (its score digest; a record without one is taken
+    as scored so), and, when ``done``, with its ``scores.npz`` still there (without it the run is scored again). A
+    record of an earlier version, whose digest covered the whole evaluation (:attr:`Run.former_digest`), is this
+    run's when that digest matches: its results are kept, neither retrained nor rescored."""
+    d = run_dir(output_dir, run)
+    res = read_json(d / "result.json")
+    if res is not None and "score_digest" not in res and res.get("digest") == run.former_digest:
+        res = {**res, "digest": run.digest, "score_digest": run.score_digest}
+    if res is None or res.get("digest") != run.digest or res.get("score_digest", run.score_digest) != run.score_digest:
+        return None
+    if res.get("status") == "done" and not (d / "scores.npz").is_file():
+        return None
+    return res
+
+
 def state(output_dir: str | Path, run: Run) -> str:
-    """``done``, ``failed``, ``stopped`` or ``pending`` (no result yet) for ``run`` in ``output_dir``."""
-    res = read_json(run_dir(output_dir, run) / "result.json")
-    if res is None or res.get("digest") != run.digest:
-        return "pending"
-    return res.get("status", "pending")
+    """``done``, ``failed``, ``stopped`` or ``pending`` (no current result: :func:`current_result`) for ``run``."""
+    res = current_result(output_dir, run)
+    return "pending" if res is None else res.get("status", "pending")
 
 
 def current_step(output_dir: str | Path, run: Run) -> tuple[int, int] | None:
@@ -120,7 +138,8 @@ def train_command(run: Run, d: Path, gpus: int = 0) -> list[str]:
     if ck:
         cmd += ["--resume_from_checkpoint", ck]
     if gpus > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", *cmd]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
+                f"--shutdown_timeout={STOP_TIMEOUT}", *cmd]
     return [sys.executable, *cmd]
 
 
@@ -142,19 +161,53 @@ def score_command(run: Run, d: Path) -> list[str]:
     return cmd
 
 
-def _child(cmd: list[str], log: Path, env: dict, lock_fd: int) -> tuple[int, float]:
-    """Run ``cmd`` with its output appended to ``log``; ``(exit status, peak RSS MiB)``. While it runs it is
-    in :data:`CURRENT` (a signal to this process's executor can reach it)."""
-    import threading
+# the signal that asks a child to save a checkpoint and end: ``simcse train --save_on_signal`` saves on it, torchrun
+# forwards it to every worker (waiting STOP_TIMEOUT s before it kills one), and a scoring process just ends (it starts
+# again from the saved model)
+STOP_SIGNAL = signal.SIGTERM
+STOP_TIMEOUT = 300
+# set once a stop was asked (a signal to the runner, a Slurm task's checkpoint()): no further child starts
+STOPPING = threading.Event()
 
+
+def _ends_with_parent():
+    """A ``preexec_fn`` that makes the child get :data:`STOP_SIGNAL` when the thread that started it ends (Linux
+    ``PR_SET_PDEATHSIG``; a runner killed by SIGKILL takes its runs down, each saving a checkpoint first), or None
+    where the platform has no such call. Resolved before the fork; the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent, pr_set_pdeathsig = os.getpid(), 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(STOP_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent ended before the call: end now, as the signal would have asked
+            os._exit(EXIT_PREEMPTED)
+
+    return preexec
+
+
+def _child(cmd: list[str], log: Path, env: dict, lock_fd: int) -> tuple[int, float, bool]:
+    """Run ``cmd`` with its output appended to ``log``; ``(exit status, peak RSS MiB, stopped)``, ``stopped``
+    True when a stop was asked while it ran (or before it could start: then it does not start). While it runs it
+    is in :data:`CURRENT` (a signal to this process's executor can reach it); it ends with this thread."""
     me = threading.get_ident()
+    if STOPPING.is_set():
+        return EXIT_PREEMPTED, 0.0, True
     with open(log, "ab") as out:
         out.write(f"\n[experiment] $ {' '.join(cmd)}\n".encode())
         out.flush()
         # a session of its own: a Ctrl-C at the runner's terminal reaches the runner, which asks for a checkpoint
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(lock_fd,),
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_ends_with_parent())
         CURRENT[me] = proc
+        if STOPPING.is_set():  # the stop came while it was starting
+            proc.send_signal(STOP_SIGNAL)
         try:
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
@@ -162,18 +215,19 @@ def _child(cmd: list[str], log: Path, env: dict, lock_fd: int) -> tuple[int, flo
             usage = None
         finally:
             CURRENT.pop(me, None)
-    return proc.returncode, (usage.ru_maxrss / 1024.0 if usage else 0.0)
+    return proc.returncode, (usage.ru_maxrss / 1024.0 if usage else 0.0), STOPPING.is_set()
 
 
 def signal_current() -> None:
-    """Ask every running child of this process to save a checkpoint and stop (SIGUSR1; ``simcse train
-    --save_on_signal``); returns at once."""
+    """Ask every running child of this process to save a checkpoint and end (:data:`STOP_SIGNAL`; ``simcse train
+    --save_on_signal``, forwarded by torchrun to its workers), and start no further child; returns at once."""
+    STOPPING.set()
     for proc in list(CURRENT.values()):
         if proc.poll() is None:
-            proc.send_signal(signal.SIGUSR1)
+            proc.send_signal(STOP_SIGNAL)
 
 
-def stop_current(timeout: float = 300.0) -> None:
+def stop_current(timeout: float = STOP_TIMEOUT + 60) -> None:
     """:func:`signal_current`, then wait up to ``timeout`` s for each child to end (killed after that)."""
     procs = list(CURRENT.values())
     signal_current()
@@ -204,7 +258,8 @@ def prepare(output_dir: str | Path, run: Run) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     check_folder(output_dir, run)
     write_json_atomic(d / "run.json", {"arm": run.arm, "seed": run.seed, "digest": run.digest,
-                                       "identity": run.identity(), "meta": run.meta})
+                                       "identity": run.identity(), "score_digest": run.score_digest,
+                                       "scoring": run.scoring(), "meta": run.meta})
     if run.kind != "untrained":
         write_json_atomic(d / "config.json", run.options)
     return d
@@ -243,24 +298,28 @@ def execute(output_dir: str | Path, run: Run, env: dict | None = None, gpus: int
     d = prepare(output_dir, run)
     lock_fd = _lock(d)
     try:
-        old = read_json(d / "result.json")
-        if old is not None and old.get("digest") == run.digest and old.get("status") == "done":
-            return old
+        if state(output_dir, run) == "done":
+            return current_result(output_dir, run)
         full_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
         log, model = d / "run.log", d / "model"
         t0 = time.time()
-        record = {"arm": run.arm, "seed": run.seed, "digest": run.digest}
+        record = {"arm": run.arm, "seed": run.seed, "digest": run.digest, "score_digest": run.score_digest}
         rss = 0.0
         if run.kind != "untrained" and not (model / "simcse_results.json").is_file():
             if model.exists() and not _last_checkpoint(model):
                 shutil.rmtree(model)  # an attempt that stopped before its first checkpoint: start again
-            code, rss = _child(train_command(run, d, gpus), log, full_env, lock_fd)
-            if code != 0:
-                status = "stopped" if code == EXIT_PREEMPTED else "failed"
+            code, rss, stopped = _child(train_command(run, d, gpus), log, full_env, lock_fd)
+            if code != 0 or stopped:
+                # asked to stop: whatever the status (torchrun's own after forwarding the signal), the run stopped
+                status = "stopped" if code == EXIT_PREEMPTED or stopped else "failed"
                 record.update(status=status, returncode=code, error=last_line(log), seconds=round(time.time() - t0, 1))
                 write_json_atomic(d / "result.json", record)
                 return record
-        code, score_rss = _child(score_command(run, d), log, full_env, lock_fd)
+        code, score_rss, stopped = _child(score_command(run, d), log, full_env, lock_fd)
+        if stopped and code != 0:  # scoring ended by the stop: scored again (from the saved model) on the next run
+            record.update(status="stopped", returncode=code, seconds=round(time.time() - t0, 1))
+            write_json_atomic(d / "result.json", record)
+            return record
         if code != 0 or not (d / "scores.json").is_file():
             record.update(status="failed", returncode=code, error=last_line(log), seconds=round(time.time() - t0, 1))
             write_json_atomic(d / "result.json", record)

@@ -34,6 +34,10 @@ data).
 baseline (an arm), each arm's options against the ``simcse train`` parser (an unknown option named with its arm),
 and their values through the same argument dataclasses ``simcse train`` builds. Each error is one
 :class:`SpecError` line naming the spec file and the field.
+
+Why one module: a spec's shape, the checks of the whole spec before any run (keys, seeds, arms, the report's
+metadata, every arm's options) and what one of its runs is (its identity and scoring) all read the same fields;
+split, each part would restate the others' field names and rules.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simcse.experiments.grids import GridError, expand_grids
+from simcse.files.checks import MAX_SEED, check_int, check_seed, unique_keys
 from simcse.files.storage import write_text_atomic
 
 KINDS = ("simcse", "untrained", "sentence_transformers")
@@ -59,6 +64,13 @@ ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(@[A-Za-z0-9_.+\-=,]+)?")
 
 class SpecError(ValueError):
     """A spec that cannot be run: one line naming the spec file, the field and what was expected."""
+
+
+# the evaluation fields that change a run's scores (a change rescores its saved model) and those that change only
+# the report (nothing is run again); no evaluation field retrains a run
+SCORING_FIELDS = ("tasks", "split", "alignment", "batch_size", "max_length")
+REPORT_FIELDS = ("bootstrap", "bootstrap_seed")
+MIN_RESAMPLES = 2  # a bootstrap interval needs at least two resamples (evaluation.bootstrap, report --resamples)
 
 
 @dataclass
@@ -98,13 +110,11 @@ class Evaluation:
         if self.split == "dev" and any(t not in ("STSBenchmark", "SICKRelatedness") for t in self.tasks):
             raise ValueError("evaluation.split 'dev' exists for STSBenchmark and SICKRelatedness only, "
                              f"not for {[t for t in self.tasks if t not in ('STSBenchmark', 'SICKRelatedness')]}")
-        for name in ("bootstrap", "bootstrap_seed", "batch_size"):
+        check_int(self.bootstrap, "evaluation.bootstrap", MIN_RESAMPLES)
+        for name, least in (("bootstrap_seed", 0), ("batch_size", 1)):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < (2 if name == "bootstrap" else 0 if name ==
-                                                                      "bootstrap_seed" else 1):
-                raise ValueError(f"evaluation.{name} must be an integer "
-                                 f"{'>= 2' if name == 'bootstrap' else '>= 0' if name == 'bootstrap_seed' else '>= 1'}, "
-                                 f"got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ValueError(f"evaluation.{name} must be an integer >= {least}, got {v!r}")
         if not isinstance(self.alignment, bool):
             raise ValueError(f"evaluation.alignment must be true or false, got {self.alignment!r}")
         if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 1):
@@ -133,7 +143,10 @@ class Run:
         options: the resolved options (config, then spec options, then arm options, then the seed), JSON values;
             for a ``simcse`` run exactly the config file the run trains with (without ``output_dir``).
         evaluation: the spec's :class:`Evaluation` as a dict.
-        digest: 12 hex digits of SHA-256 over kind, options and evaluation: the run's identity.
+        digest: 12 hex digits of SHA-256 over kind and options: the run's identity, what trains it (a change
+            there is another run). score_digest: the same over the evaluation fields that change the scores
+            (:data:`SCORING_FIELDS`: a change there rescores the trained model); the rest of the evaluation
+            (:data:`REPORT_FIELDS`) changes only the report.
         meta: the arm's ``_`` metadata (label, paper number).
     """
 
@@ -149,12 +162,26 @@ class Run:
         return f"{self.arm}/seed{self.seed}"
 
     def identity(self) -> dict:
-        """What the digest covers: ``{"kind", "options", "evaluation"}``."""
-        return {"kind": self.kind, "options": self.options, "evaluation": self.evaluation}
+        """What the digest covers, what trains the run: ``{"kind", "options"}``."""
+        return {"kind": self.kind, "options": self.options}
 
     @property
     def digest(self) -> str:
         return run_digest(self.identity())
+
+    def scoring(self) -> dict:
+        """What the score digest covers: the evaluation fields of :data:`SCORING_FIELDS`."""
+        return {k: self.evaluation.get(k) for k in SCORING_FIELDS}
+
+    @property
+    def score_digest(self) -> str:
+        return run_digest(self.scoring())
+
+    @property
+    def former_digest(self) -> str:
+        """The digest earlier versions recorded, over kind, options and the whole evaluation: a record carrying it
+        was trained as this run and scored with this evaluation."""
+        return run_digest({"kind": self.kind, "options": self.options, "evaluation": self.evaluation})
 
 
 def run_digest(identity: dict) -> str:
@@ -243,6 +270,10 @@ def arm_meta(spec: Spec, arm: Arm) -> dict:
     else its config's ``_paper_stsb_dev``, else None) and ``versus`` (the arm's ``_versus``: the arm it is compared
     with instead of the baseline, else None)."""
     cfg = _config(spec, arm) if arm.kind != "sentence_transformers" else {}
+    for key, (types, expected) in CONFIG_META_TYPES.items():
+        if key in cfg and not _of_type(cfg[key], types):
+            raise SpecError(f"spec {spec.path}: arm {arm.name!r}: its config's {key} must be {expected}, "
+                            f"got {cfg[key]!r}")
     paper = arm.meta.get("_paper", cfg.get("_paper_stsb_dev"))
     return {"label": arm.meta.get("_label", cfg.get("_row", arm.name)), "paper": paper,
             "versus": arm.meta.get("_versus")}
@@ -269,6 +300,17 @@ def resolve_options(spec: Spec, arm: Arm, seed: int) -> dict:
     return out
 
 
+# the arm metadata the report reads, with the type it needs: checked before any run, so no report dies on one
+META_TYPES = {"_label": ((str,), "a string"), "_paper": ((int, float), "a number (the paper's score x 100) or null"),
+              "_versus": ((str,), "another arm's name")}
+# the same for a config's metadata that an arm's report row shows
+CONFIG_META_TYPES = {"_row": ((str,), "a string"), "_paper_stsb_dev": ((int, float), "a number or null")}
+
+
+def _of_type(value, types) -> bool:
+    return value is None or (isinstance(value, types) and not isinstance(value, bool))
+
+
 def _arm(spec_path: str, name, value) -> Arm:
     if not isinstance(name, str) or not ARM_NAME.fullmatch(name):
         raise SpecError(f"spec {spec_path}: arm name {name!r} must be letters, digits, '_', '.' or '-' (a folder name)")
@@ -283,6 +325,9 @@ def _arm(spec_path: str, name, value) -> Arm:
         raise SpecError(f"spec {spec_path}: arm {name!r}: 'config' must be a config name or file"
                         + (" (a sentence_transformers arm has none)" if kind == "sentence_transformers" else ""))
     meta = {k: v for k, v in value.items() if k.startswith("_")}
+    for key, (types, expected) in META_TYPES.items():
+        if key in meta and not _of_type(meta[key], types):
+            raise SpecError(f"spec {spec_path}: arm {name!r}: {key} must be {expected}, got {meta[key]!r}")
     options = {k: v for k, v in value.items() if not k.startswith("_")}
     owned = [k for k in options if k in RUNNER_OPTIONS]
     if owned:
@@ -313,9 +358,13 @@ def parse_spec(raw: dict, path: str = "<spec>") -> Spec:
         if key not in raw:
             raise SpecError(f"spec {path}: missing {key!r}")
     seeds = raw["seeds"]
-    if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise SpecError(f"spec {path}: 'seeds' must be a non-empty list of integers >= 0, got {seeds!r}")
+    if not isinstance(seeds, list) or not seeds:
+        raise SpecError(f"spec {path}: 'seeds' must be a non-empty list of integers in [0, {MAX_SEED}], got {seeds!r}")
+    for seed in seeds:
+        try:
+            check_seed(seed, "each of 'seeds'")
+        except ValueError as e:
+            raise SpecError(f"spec {path}: {e}") from None
     dup = sorted({s for s in seeds if seeds.count(s) > 1})
     if dup:
         raise SpecError(f"spec {path}: seed {dup[0]} is listed {seeds.count(dup[0])} times in 'seeds' {seeds}; "
@@ -356,9 +405,28 @@ def parse_spec(raw: dict, path: str = "<spec>") -> Spec:
                 path=path, raw=original, selection=selection)
 
 
+def check_distinct_arms(spec: Spec) -> None:
+    """Refuse two arms that resolve to the same run (kind and options): each seed would train it twice and the
+    report would show their difference as exactly 0, which reads as "no effect".
+
+    Raises:
+        SpecError: one line naming both arms.
+    """
+    seen: dict = {}
+    for arm in spec.arms.values():
+        what = json.dumps([arm.kind, resolve_options(spec, arm, spec.seeds[0])], sort_keys=True, default=str)
+        if what in seen:
+            raise SpecError(f"spec {spec.path}: arms {seen[what]!r} and {arm.name!r} resolve to the same options "
+                            "(an arm repeats the base's values), so they would train the same runs twice; make "
+                            "them differ or drop one")
+        seen[what] = arm.name
+
+
 def check_options(spec: Spec) -> None:
     """Validate every arm's resolved options as its run will parse them: ``simcse``/``untrained`` arms through
-    :func:`simcse.training.parser.arguments_from` (the dataclasses of ``simcse train``), ``sentence_transformers``
+    :func:`simcse.training.parser.arguments_from` (the dataclasses of ``simcse train``) and every check ``simcse
+    train`` makes before it loads a model (:func:`simcse.training.build.check_setup`: the objective's
+    hyperparameters and declarations, such as the poolers it needs), ``sentence_transformers``
     arms through :func:`simcse.experiments.st_train.check_options`. Builds no model and reads no data.
 
     Raises:
@@ -366,7 +434,7 @@ def check_options(spec: Spec) -> None:
     """
     import tempfile
 
-    from simcse.training.build import SetupError
+    from simcse.training.build import SetupError, check_setup
     from simcse.training.compat import legacy_config_options
     from simcse.training.parser import _types, arguments_from
 
@@ -376,6 +444,7 @@ def check_options(spec: Spec) -> None:
     if shared:
         raise SpecError(f"spec {spec.path}: 'options' has {shared[0]!r}, which is not an option of simcse train "
                         "(see simcse train --help)")
+    check_distinct_arms(spec)
     with tempfile.TemporaryDirectory(prefix="simcse_spec_") as tmp:
         for arm in spec.arms.values():
             if arm.kind == "sentence_transformers":
@@ -393,8 +462,8 @@ def check_options(spec: Spec) -> None:
             cfg = Path(tmp) / f"{arm.name}.json"
             cfg.write_text(json.dumps(resolve_options(spec, arm, seed)), encoding="utf-8")
             try:
-                arguments_from({"output_dir": str(Path(tmp) / "out")}, str(cfg))
-            except SetupError as e:
+                check_setup(*arguments_from({"output_dir": str(Path(tmp) / "out")}, str(cfg)))
+            except (SetupError, ValueError) as e:
                 message = str(e).replace(f"config file {str(cfg)!r}: ", "")
                 raise SpecError(f"spec {spec.path}: arm {arm.name!r}: {message}") from None
 
@@ -457,8 +526,8 @@ def load_spec(name_or_path: str | Path, check: bool = True) -> Spec:
     """
     path = resolve_spec(name_or_path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+    except (OSError, ValueError) as e:  # not JSON, not UTF-8, or a key given twice
         raise SpecError(f"spec {str(path)}: cannot be read as JSON: {e}") from None
     spec = parse_spec(raw, str(path))
     if check:

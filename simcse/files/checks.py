@@ -39,6 +39,18 @@ def check_int(value, name: str, minimum: int | None = 1, maximum: int | None = N
     return value
 
 
+MAX_SEED = 2**32 - 1  # the largest seed every generator a run seeds takes (numpy's; HF's set_seed seeds it)
+
+
+def check_seed(value, name: str = "--seed"):
+    """``value`` unchanged when it is a seed every generator takes: an integer in ``[0, 2**32 - 1]``.
+
+    Raises:
+        ValueError: ``--seed must be an integer in [0, 4294967295], got 4294967296``.
+    """
+    return check_int(value, name, 0, MAX_SEED)
+
+
 def check_number(value, name: str, low: float | None = None, high: float | None = None, *, low_open: bool = False,
                  high_open: bool = False, allow_none: bool = False, hint: str = ""):
     """``value`` unchanged when it is a finite real number (not a bool) within the bounds.
@@ -120,3 +132,19 @@ def coerce_bool_fields(obj) -> None:
         value = getattr(obj, f.name, None)
         if kind is not None and not isinstance(value, bool) and not (value is None and kind == "bool | None"):
             object.__setattr__(obj, f.name, as_bool(value, f"--{f.name}", allow_none=kind == "bool | None"))
+
+
+def unique_keys(pairs: list) -> dict:
+    """A ``json.loads`` ``object_pairs_hook``: the object, refusing a key given twice (JSON itself keeps the last
+    one, silently), e.g. ``json.loads(text, object_pairs_hook=unique_keys)``.
+
+    Raises:
+        ValueError: ``key 'b' is given twice in one object; give each key once``.
+    """
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice in one object (JSON would keep only the last, silently); "
+                             "give each key once")
+        out[key] = value
+    return out

@@ -41,7 +41,8 @@ from simcse.models.reference_checkpoints import missing_pooler_message, publishe
 from simcse.models.fingerprint import model_fingerprint, tokenizer_settings  # re-exported: their old home
 from simcse.models.folder_files import (MLM_HEAD_WEIGHTS_NAME, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, TOKENIZER_FILES,
                                         WEIGHT_FILES, written_by_a_save)
-from simcse.models.st_files import apply_st_pipeline, read_st_pipeline, write_sentence_transformers_files
+from simcse.models.st_files import (apply_st_pipeline, read_st_pipeline, st_transformer_folder,
+                                   write_sentence_transformers_files)
 from simcse.models.truncation import TRAINED_DIMS_KEY
 
 logger = logging.getLogger(__name__)
@@ -428,12 +429,14 @@ class SavedFolder:
         path = str(model_name_or_path)
         if new_mlp_init not in ("encoder_pooler", "random"):
             raise ValueError(f"new_mlp_init must be 'encoder_pooler' or 'random', got {new_mlp_init!r}")
-        is_local = _check_model_dir(path, hf_kwargs)
+        module_dir = st_transformer_folder(path) if os.path.isdir(path) else None
+        encoder_path = str(module_dir) if module_dir is not None else path  # an older save's 0_Transformer/
+        is_local = _check_model_dir(encoder_path, hf_kwargs)
         hub_cfg = None if is_local else _hub_file(path, SIMCSE_CONFIG_NAME, hf_kwargs)
         cfg = cls.read_simcse_config(path if is_local else hub_cfg.parent) if is_local or hub_cfg else None
         ref_mlp = read_reference_mlp(path) if is_local and cfg is None else None
         pipeline = read_st_pipeline(path) if is_local and cfg is None else None  # refuses modules it cannot apply
-        config = hf_kwargs.get("config") or read_model_config(path, trust_remote_code, hf_kwargs)
+        config = hf_kwargs.get("config") or read_model_config(encoder_path, trust_remote_code, hf_kwargs)
         if pooler_type is None:
             pooler_type = cls._default_pooler(path, cfg, ref_mlp is not None, is_local, config)
         get_pooler(pooler_type)  # fail on a bad name before loading weights
@@ -447,10 +450,10 @@ class SavedFolder:
         if mlp_only_train is None:
             mlp_only_train = bool(cfg["mlp_only_train"]) if cfg is not None else False
         if is_local:
-            _check_tokenizer_files(path)
-        encoder, hf_pooler = _load_encoder(path, trust_remote_code=trust_remote_code, **hf_kwargs)
+            _check_tokenizer_files(encoder_path)
+        encoder, hf_pooler = _load_encoder(encoder_path, trust_remote_code=trust_remote_code, **hf_kwargs)
         hf_dense = _pooler_dense(hf_pooler)
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
+        tokenizer = AutoTokenizer.from_pretrained(encoder_path, trust_remote_code=trust_remote_code,
                                                   **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS})
         if prompt is None and cfg is not None and pooler_type in PROMPT_POOLERS:
             prompt = cfg.get("prompt")

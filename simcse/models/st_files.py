@@ -166,6 +166,17 @@ def _read_json(path: Path, what: str):
         raise ValueError(f"{path} is not readable JSON ({e}); expected the {what} sentence-transformers writes") from None
 
 
+def _modules(folder):
+    """``(root, modules.json path, its JSON)`` of a local sentence-transformers folder not saved by simcse, else None."""
+    root = Path(folder) if isinstance(folder, (str, os.PathLike)) else None
+    if root is None or not root.is_dir() or (root / "simcse_config.json").is_file():
+        return None
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        return None
+    return root, modules_file, _read_json(modules_file, "list of modules")
+
+
 def read_st_pipeline(folder) -> STPipeline | None:
     """The module pipeline of a local sentence-transformers folder (``modules.json``), read as
     ``SentenceTransformer(folder)`` reads it; the one reader behind every surface that loads such a folder
@@ -179,13 +190,10 @@ def read_st_pipeline(folder) -> STPipeline | None:
             (``Dense``, ``LayerNorm``, ``Router``, a second Pooling...: anything but Transformer, Pooling, and an
             optional Normalize, in this order), or a ``modules.json`` / module config that is not JSON.
     """
-    root = Path(folder) if isinstance(folder, (str, os.PathLike)) else None
-    if root is None or not root.is_dir() or (root / "simcse_config.json").is_file():
+    found = _modules(folder)
+    if found is None:
         return None
-    modules_file = root / "modules.json"
-    if not modules_file.is_file():
-        return None
-    modules = _read_json(modules_file, "list of modules")
+    root, modules_file, modules = found
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ValueError(f"{modules_file} is not a list of modules; expected the modules.json sentence-transformers "
                          "writes")
@@ -219,6 +227,29 @@ def read_st_pipeline(folder) -> STPipeline | None:
                       pooling_config=pcfg, pooling_file=str(pooling_file), normalize=kinds[2:] == ["Normalize"],
                       truncate_dim=truncate_dim, prompts=dict(st_cfg.get("prompts") or {}),
                       default_prompt_name=st_cfg.get("default_prompt_name"))
+
+
+def st_transformer_folder(folder) -> Path | None:
+    """Where a local sentence-transformers folder keeps its Transformer module when ``modules.json`` places it in
+    a subfolder (older saves: ``0_Transformer/``), as ``SentenceTransformer(folder)`` reads it; None when the
+    module is at the folder's root, for a folder saved by simcse, or anything that is not such a folder.
+
+    Raises:
+        ValueError: the module's path is not a folder inside ``folder`` (one line naming the path).
+    """
+    found = _modules(folder)
+    if found is None:
+        return None
+    root, modules_file, modules = found
+    first = modules[0] if isinstance(modules, list) and modules and isinstance(modules[0], dict) else {}
+    sub = str(first.get("path") or "")
+    if not sub or str(first.get("type", "")).rsplit(".", 1)[-1] != "Transformer":
+        return None
+    target = (root / sub).resolve()
+    if not target.is_dir() or root.resolve() not in target.parents:
+        raise ValueError(f"{modules_file}: the Transformer module's path {sub!r} is not a folder inside "
+                         f"{str(root)!r}; expected the module's weights, config and tokenizer there")
+    return root / sub
 
 
 def apply_st_pipeline(model, pipeline: STPipeline, folder) -> None:

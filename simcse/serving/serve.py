@@ -65,21 +65,22 @@ def default_model() -> str:
 
 
 def default_corpus() -> Path:
-    """The wiki file: ``$SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt``, else ``data/`` of the working
-    directory, else ``data/`` of the simcse checkout; the first that exists.
+    """The wiki file where the package looks for data (:func:`simcse.training.data.default_data_file`:
+    ``$SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt``, else ``data/`` of the working directory); never beside the
+    installed package.
 
     Raises:
-        FileNotFoundError: none exists (the message names the places and the download script).
+        FileNotFoundError: it is in neither place (the message names them and the download script).
     """
-    places = []
-    if os.environ.get("SIMCSE_DATA_MIRROR"):
-        places.append(Path(os.environ["SIMCSE_DATA_MIRROR"]) / WIKI_NAME)
-    places += [Path("data") / WIKI_NAME, Path(__file__).resolve().parents[2] / "data" / WIKI_NAME]
-    for p in places:
-        if p.is_file():
-            return p
+    from simcse.training.data import default_data_file
+
+    found = default_data_file(WIKI_NAME)
+    if found.is_file():
+        return found
+    places = ([f"$SIMCSE_DATA_MIRROR ({os.environ['SIMCSE_DATA_MIRROR']})"] if os.environ.get("SIMCSE_DATA_MIRROR")
+              else []) + [str(Path("data").resolve())]
     raise FileNotFoundError(f"no --input or --index given and the default corpus {WIKI_NAME} is not in "
-                            f"{', '.join(str(p.parent) for p in places)} (get it with `bash data/download_wiki.sh`)")
+                            f"{', '.join(places)} (get it with `bash data/download_wiki.sh`, or give --input)")
 
 
 def first_lines(path: Path, n: int, column: str | None = None) -> list[str]:

@@ -172,15 +172,12 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         dropout = 0.0
     needs_sts = data_args.eval_before_training or data_args.test_after_training or training_args.eval_strategy != "no"
     try:
-        _check_include_prompt(model_args, data_args)
+        check_setup(model_args, data_args, training_args)
         model_args = with_values(model_args, model_name_or_path=resolve_model_name(model_args.model_name_or_path))
         if needs_sts:  # fail now, not after hours of training, when the STS data is missing
             from simcse.evaluation import resolve_senteval_dir
 
             data_args = with_values(data_args, senteval_dir=str(resolve_senteval_dir(data_args.senteval_dir)))
-        if data_args.streaming:
-            _check_streaming(model_args, training_args)
-        _check_fsdp_device(training_args)
         if training_args.resume_from_checkpoint is True:  # HF's "the newest checkpoint": the same checks as a path
             from simcse.training.checkpoints import newest_checkpoint
 
@@ -290,6 +287,25 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
 
         ds = KeyedDataset(ds)  # augmentation draws keyed by (seed, epoch, example): see simcse.training.data
     return _trainer(model, model_args, data_args, training_args, ds, train_rows, objective, run_command)
+
+
+def check_setup(model_args, data_args, training_args) -> None:
+    """Every check of a run's arguments that needs no model, data or file: ``--include_prompt``, ``--streaming``,
+    the FSDP device, and the objective built from ``--loss``/``--loss_args`` with its declarations (the poolers
+    it works with). :func:`build` runs it first; the experiment runner runs it per arm before any run starts.
+
+    Raises:
+        ValueError, SetupError: one line naming the option (``build`` turns a ValueError into a SetupError).
+    """
+    _check_include_prompt(model_args, data_args)
+    if data_args.streaming:
+        _check_streaming(model_args, training_args)
+    _check_fsdp_device(training_args)
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # built without a tokenizer, random state untouched
+        objective = _objective(model_args, None)
+    objective.check_pooler(model_args.pooler_type)
 
 
 def _objective(model_args, tok):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import TrainingArguments
 
-from simcse.files.checks import check_int, check_number
+from simcse.files.checks import check_int, check_number, check_seed
 
 DEFAULT_PER_DEVICE_BATCH = 8  # HF's default, used when neither batch option is given
 DEFAULT_EVAL_BATCH = 128  # the evaluator's own batch (sentences sorted by length): HF's 8 made evaluation 3-5x slower
@@ -116,7 +116,7 @@ class SimCSETrainingArguments(TrainingArguments):
         check_int(self.per_device_train_batch_size, "--per_device_train_batch_size", allow_none=True)
         check_int(self.per_device_eval_batch_size, "--per_device_eval_batch_size")
         check_int(self.global_batch_size, "--global_batch_size", allow_none=True)
-        check_int(self.seed, "--seed", 0)
+        check_seed(self.seed, "--seed")
         check_int(self.dataloader_num_workers, "--dataloader_num_workers", 0)
         check_int(self.save_total_limit, "--save_total_limit", 0, allow_none=True)
         for name in ("logging_steps", "eval_steps", "save_steps"):

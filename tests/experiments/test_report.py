@@ -122,3 +122,24 @@ def test_report_reads_a_small_seed_dominated_difference_as_not_shown(tmp_path, t
     assert v["low"] < 0 and v["shown"] is False and v["p"] > 0.05
     assert "| b | a | STSBenchmark | 3 of 3 seeds |" in (out / "report.md").read_text()
     assert "not shown with 3 seeds" in (out / "report.md").read_text()
+
+
+def test_a_folder_written_by_an_earlier_version_keeps_its_results(tmp_path, tiny_world):
+    """Earlier versions recorded a digest over kind, options and the whole evaluation; such a finished run is
+    reported (and not run again) as long as the spec is unchanged."""
+    import hashlib
+
+    spec = load_spec(write_spec(tmp_path, tiny_world, seeds=[1, 2]))
+    out = tmp_path / "out"
+    truth = fabricate(out, spec, {"a": 1.0, "b": 0.5}, failed=set())
+    for run in spec.runs():
+        old = json.dumps({"kind": run.kind, "options": run.options, "evaluation": run.evaluation}, sort_keys=True,
+                         separators=(",", ":"), default=str)
+        f = R.run_dir(out, run) / "result.json"
+        rec = json.loads(f.read_text())
+        rec["digest"] = hashlib.sha256(old.encode()).hexdigest()[:12]
+        rec.pop("score_digest", None)
+        f.write_text(json.dumps(rec))
+        assert R.state(out, run) == "done"
+    b = write_report(out)["arms"]["b"]["tasks"]["STSBenchmark"]
+    assert b["n"] == 2 and b["mean"] == pytest.approx((truth[("b", 1)] + truth[("b", 2)]) / 2, abs=1e-6)

@@ -93,3 +93,73 @@ def test_sentence_transformers_arm_options_are_checked_before_any_run(tmp_path, 
         load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "st": {**st, "loss": "CosineLoss"}}))
     with pytest.raises(SpecError, match=r"arm 'st': 'config' must be a config name or file \(a sentence_transformers"):
         load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "st": {**st, "config": "unsup_cpu_minilm"}}))
+
+
+# ---------------------------------------------------------------------- the whole spec, checked before any run
+def _refused_before_any_run(path, out, match: str) -> None:
+    from simcse.experiments import run_experiment
+
+    with pytest.raises(SpecError, match=match):
+        run_experiment(path, out)
+    assert not out.exists()  # nothing started, nothing written
+
+
+def test_a_key_given_twice_is_refused(tmp_path, tiny_world):
+    base = json.dumps(str(tiny_world / "base.json"))
+    text = ('{"base": %s, "seeds": [1], "arms": {"a": {}, "b": {"learning_rate": 1e-3}, "b": {"learning_rate": 2e-3}},'
+            ' "baseline": "a"}' % base)
+    (tmp_path / "twice.json").write_text(text)
+    _refused_before_any_run(tmp_path / "twice.json", tmp_path / "out", r"twice.json: cannot be read as JSON: key 'b' is given twice in one object")
+    (tmp_path / "seeds.json").write_text('{"base": %s, "seeds": [1], "seeds": [2], "arms": {"a": {}}, "baseline": "a"}'
+                                         % base)
+    with pytest.raises(SpecError, match=r"key 'seeds' is given twice"):
+        load_spec(tmp_path / "seeds.json")
+
+
+def test_a_seed_out_of_the_generators_range_is_refused(tmp_path, tiny_world):
+    path = write_spec(tmp_path, tiny_world, seeds=[1, 4294967296])
+    _refused_before_any_run(path, tmp_path / "out", r"each of 'seeds' must be an integer in \[0, 4294967295\], "
+                                                    r"got 4294967296$")
+    assert load_spec(write_spec(tmp_path, tiny_world, seeds=[4294967295])).seeds == [4294967295]
+    from simcse.training.build import SetupError
+    from simcse.training.parser import arguments_from
+
+    with pytest.raises(SetupError, match=r"--seed must be an integer in \[0, 4294967295\], got 4294967296"):
+        arguments_from({"output_dir": str(tmp_path / "o"), "model_name_or_path": "x", "seed": 2**32,
+                        "train_file": str(tiny_world / "train.txt")})
+
+
+@pytest.mark.parametrize("meta, match", [
+    ({"_paper": "76.3"}, r"arm 'b': _paper must be a number \(the paper's score x 100\) or null, got '76.3'"),
+    ({"_label": 3}, r"arm 'b': _label must be a string, got 3"),
+    ({"_versus": ["a"]}, r"arm 'b': _versus must be another arm's name, got \['a'\]"),
+])
+def test_the_report_metadata_types_are_checked_before_any_run(tmp_path, tiny_world, meta, match):
+    path = write_spec(tmp_path, tiny_world, arms={"a": {}, "b": {"learning_rate": 1e-3, **meta}})
+    _refused_before_any_run(path, tmp_path / "out", match)
+
+
+def test_a_report_value_of_another_type_is_shown_not_fatal():
+    from simcse.experiments.report import _fmt
+
+    assert (_fmt(76.3, 1), _fmt(None), _fmt("76.3", 1), _fmt(float("nan"))) == ("76.3", "-", "76.3", "-")
+
+
+def test_an_objective_that_needs_another_pooler_is_refused_per_arm(tmp_path, tiny_world):
+    path = write_spec(tmp_path, tiny_world, arms={"a": {}, "prompt": {"loss": "promptbert"}})
+    _refused_before_any_run(path, tmp_path / "out", r"arm 'prompt': --loss promptbert needs --pooler_type prompt_mask "
+                                                    r"\(or prompt_mask_before_pooler\), got 'avg'$")
+    ok = {"loss": "promptbert", "pooler_type": "prompt_mask"}
+    assert load_spec(write_spec(tmp_path, tiny_world, arms={"a": {}, "prompt": ok})).arms["prompt"].options == ok
+
+
+def test_arms_that_resolve_to_the_same_run_are_refused(tmp_path, tiny_world):
+    path = write_spec(tmp_path, tiny_world, arms={"a": {}, "b": {"learning_rate": 1e-3}, "again": {"max_steps": 3}})
+    _refused_before_any_run(path, tmp_path / "out", r"arms 'a' and 'again' resolve to the same options")
+
+
+def test_report_resamples_out_of_range_is_refused(tmp_path, capsys):
+    from simcse.experiments.experiment import main
+
+    assert main(["report", str(tmp_path), "--resamples", "0"]) == 2
+    assert capsys.readouterr().err == "error: --resamples must be an integer >= 2, got 0\n"

@@ -88,3 +88,34 @@ def test_the_pipeline_after_pooling_encodes_as_sentence_transformers(tiny_bert_d
     unit = tool.encode(SENTENCES, return_numpy=True)
     np.testing.assert_allclose(unit, theirs / np.linalg.norm(theirs, axis=1, keepdims=True), atol=1e-5)
     assert tool.hidden_size == theirs.shape[1]
+
+
+def test_a_transformer_module_in_its_own_folder_is_read_from_there(tiny_bert_dir, tmp_path):
+    """Older sentence-transformers saves keep the Transformer in ``0_Transformer/`` (``modules.json`` gives the
+    path); ``SentenceTransformer(folder)`` loads it, and so does simcse, to the same vectors."""
+    import json
+    import shutil
+
+    from sentence_transformers import SentenceTransformer, models
+
+    from simcse import SimCSE, SimCSEModel
+
+    folder = tmp_path / "old_layout"
+    _save(tiny_bert_dir, folder, models.Normalize())
+    modules = json.loads((folder / "modules.json").read_text())
+    keep = {"modules.json", "config_sentence_transformers.json", "README.md"} | {m["path"] for m in modules[1:]}
+    (folder / "0_Transformer").mkdir()
+    for p in list(folder.iterdir()):
+        if p.name not in keep and p.name != "0_Transformer":
+            shutil.move(str(p), str(folder / "0_Transformer" / p.name))
+    modules[0]["path"] = "0_Transformer"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
+    for ours in (SimCSEModel.from_pretrained(str(folder)).encode(SENTENCES),
+                 SimCSE(str(folder), device="cpu").encode(SENTENCES, return_numpy=True)):
+        cos = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+        assert cos.min() > 0.9999, cos
+    modules[0]["path"] = "../elsewhere"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match=r"the Transformer module's path '\.\./elsewhere' is not a folder inside"):
+        SimCSEModel.from_pretrained(str(folder))

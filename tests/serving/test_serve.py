@@ -479,3 +479,32 @@ def test_info_and_page_show_the_pooler_that_encodes(tmp_path, tiny_bert_dir):
     assert (info["pooler"], info["pooler_type"]) == ("cls_before_pooler", "cls")
     page_js = (REPO / "simcse" / "serving" / "static" / "app.js").read_text()
     assert "(pooler ${info.pooler})" in page_js  # the page shows "pooler", the one in use
+
+
+@pytest.mark.slow
+def test_the_default_corpus_is_never_looked_for_beside_the_installed_package(tmp_path):
+    """An installed wheel: the package in site-packages, a wiki file in site-packages' parent's data/ (what
+    ``parents[2]`` of the module reaches); the working folder has none: the corpus is not found, in one line."""
+    import shutil
+    import subprocess
+    import sys
+
+    import simcse
+
+    site = tmp_path / "lib" / "site-packages"
+    shutil.copytree(Path(simcse.__file__).parent, site / "simcse", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "data").mkdir()
+    (site / "data" / "wiki1m_for_simcse.txt").write_text("a sentence\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SIMCSE_DATA_MIRROR"}
+    env["PYTHONPATH"] = str(site)
+    code = ("from simcse.serving.serve import default_corpus\n"
+            "try:\n    print('found', default_corpus())\nexcept FileNotFoundError as e:\n    print('missing', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("missing no --input or --index given"), r.stdout + r.stderr[-2000:]
+    assert str(work / "data") in r.stdout
+    (work / "data").mkdir()
+    (work / "data" / "wiki1m_for_simcse.txt").write_text("a sentence\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "found data/wiki1m_for_simcse.txt", r.stdout + r.stderr[-2000:]

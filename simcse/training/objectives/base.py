@@ -199,6 +199,8 @@ class Objective(nn.Module):
         shared_buffers: with several processes, the objective's buffers are per process by default (each keeps its
             own, as its checkpoint state is saved per process); True makes them shared: DDP copies rank 0's to
             every process at each forward (:func:`simcse.training.trainer.keep_objective_buffers_per_process`).
+        pooler_types: the ``--pooler_type`` values the objective works with (None: any); another is refused
+            before the model is loaded (:meth:`check_pooler`), also by the experiment runner's spec check.
 
     Wrappers (:class:`ObjectiveWrapper`: ``--loss matryoshka``/``adaptive_layer``/``2d_matryoshka``,
     ``--fixed_dropout``, ``--do_mlm``) call the inner objective's :meth:`prepare_batch`, :meth:`embed`,
@@ -269,6 +271,18 @@ class Objective(nn.Module):
     supports_lora: ClassVar[bool] = True
     uses_embeddings: ClassVar[bool] = True
     shared_buffers: ClassVar[bool] = False
+    pooler_types: ClassVar[tuple[str, ...] | None] = None
+
+    def check_pooler(self, pooler_type) -> None:
+        """Refuse a pooler the objective does not declare in :attr:`pooler_types`.
+
+        Raises:
+            ValueError: ``--loss NAME needs --pooler_type A (or B), got 'x'``.
+        """
+        allowed = self.pooler_types
+        if allowed is not None and pooler_type not in allowed:
+            others = f" (or {', '.join(allowed[1:])})" if len(allowed) > 1 else ""
+            raise ValueError(f"--loss {self.name} needs --pooler_type {allowed[0]}{others}, got {pooler_type!r}")
 
     # ------------------------------------------------------------------ lifecycle
     def prepare_batch(self, batch: Mapping[str, torch.Tensor], context: LossContext) -> Mapping[str, torch.Tensor]:
@@ -447,7 +461,7 @@ class ObjectiveWrapper(Objective):
         self.inner = inner
         for attr in ("input_columns", "optional_columns", "label_columns", "min_batch", "single_view_copies",
                      "supports_gather", "supports_grad_cache", "needs_text", "dropout_views", "prefix_embeddings",
-                     "repeatable_loss", "supports_lora", "uses_embeddings", "shared_buffers"):
+                     "repeatable_loss", "supports_lora", "uses_embeddings", "shared_buffers", "pooler_types"):
             if attr not in type(self).__dict__:  # a wrapper's own declaration wins
                 setattr(self, attr, getattr(inner, attr))
         if "name" not in type(self).__dict__:

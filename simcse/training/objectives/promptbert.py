@@ -57,6 +57,7 @@ class PromptBERT(Objective):
     supports_gather = True  # official cl_forward all-gathers z1, z2 (and z3) with the local rows' gradients
     supports_grad_cache = True  # the prompt and denoising live in the encoder's forward; loss(embeddings) only
     dropout_views = False  # views 1.. use the second template (--fixed_dropout would drop it)
+    pooler_types = PROMPT_POOLERS
 
     def __init__(self, template: str = OFFICIAL_BERT_TEMPLATE, template2: str | None = OFFICIAL_BERT_TEMPLATE2,
                  temp: float = 0.05, denoise: bool = True, denoise_at_inference: bool = False,
@@ -115,10 +116,7 @@ class PromptBERT(Objective):
             ValueError: the model's pooler is not a ``prompt_mask`` pooler (names ``--pooler_type``), or a template
                 does not fit the tokenizer (no mask token...).
         """
-        pooler = getattr(model, "pooler_type", None)
-        if pooler not in PROMPT_POOLERS:
-            raise ValueError(f"--loss promptbert needs --pooler_type prompt_mask (or prompt_mask_before_pooler), "
-                             f"got {pooler!r}")
+        self.check_pooler(getattr(model, "pooler_type", None))
         model.set_prompt(self.prompt_config())
 
     def loss(self, embeddings: torch.Tensor, batch, context: LossContext) -> torch.Tensor:
