@@ -39,6 +39,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
+from scripts.benchmarks.common import int_at_least  # noqa: E402
+
 GOLD_LEVELS = np.round(np.arange(0, 5.0001, 0.2), 1)  # STS-B-like gold: [0, 5], many ties
 SIGMA = 1.0  # a method's error sd on a pair (population Spearman about 0.81)
 COLUMNS = ("headline", "hierarchical", "t")
@@ -208,25 +210,24 @@ def table(cells: list[dict]) -> tuple[list[str], dict]:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="60 experiments a cell instead of 300")
-    p.add_argument("--experiments", type=int, default=None, help="experiments per cell (default 300; 60 with --quick)")
-    p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples per interval (default 200)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[3, 5], help="seed counts (default 3 5)")
-    p.add_argument("--pairs", type=int, default=1379, help="test pairs per experiment (default 1379, STS-B test)")
+    p.add_argument("--experiments", type=int_at_least(1), default=None,
+                   help="experiments per cell (default 300; 60 with --quick)")
+    p.add_argument("--resamples", type=int_at_least(2), default=200, help="bootstrap resamples per interval (default 200)")
+    p.add_argument("--seeds", type=int_at_least(2), nargs="+", default=[3, 5],
+                   help="seed counts, each at least 2 (an interval over seeds needs two; default 3 5)")
+    p.add_argument("--pairs", type=int_at_least(10), default=1379, help="test pairs per experiment (default 1379, STS-B test)")
     p.add_argument("--effect", type=float, default=1.0, help="true difference of the non-null cells, points (default 1)")
-    p.add_argument("--regimes", type=int, nargs="+", default=None,
-                   help=f"regimes by number, 1..{len(REGIMES)} (default all): "
+    p.add_argument("--regimes", type=int, nargs="+", default=None, choices=range(1, len(REGIMES) + 1),
+                   metavar="K", help=f"regimes by number, 1..{len(REGIMES)} (default all): "
                    + "; ".join(f"{k + 1} {r.name}" for k, r in enumerate(REGIMES)))
     p.add_argument("--null_only", action="store_true", help="only the cells with no true difference")
-    p.add_argument("--workers", type=int, default=min(4, len(os.sched_getaffinity(0))),
+    p.add_argument("--workers", type=int_at_least(1), default=min(4, len(os.sched_getaffinity(0))),
                    help="processes to run the cells in (default: the CPUs this process may use, at most 4)")
     args = p.parse_args(argv)
+    if not math.isfinite(args.effect) or args.effect <= 0:
+        p.error(f"--effect must be a positive number of points, got {args.effect}")
     experiments = args.experiments or (60 if args.quick else 300)
     resamples = args.resamples
-    for name, v, low in (("--experiments", experiments, 1), ("--resamples", resamples, 2), ("--pairs", args.pairs, 10)):
-        if v < low:
-            p.error(f"{name} must be at least {low}, got {v}")
-    if any(s < 2 for s in args.seeds):
-        p.error(f"--seeds must each be at least 2 (an interval over seeds needs two), got {args.seeds}")
     regimes = [REGIMES[k - 1] for k in args.regimes] if args.regimes else list(REGIMES)
     t0 = time.perf_counter()
     truth = Truth()

@@ -116,3 +116,18 @@ def test_calibration_small_version_headline_covers_where_the_hierarchical_bootst
     assert fp["hierarchical"] >= 0.12  # the fault: the range of 3 seeds taken for a 95% interval
     assert fp["headline"] <= 0.08  # 0.05 expected; 0.08 is about 1.9 binomial standard errors above it
     assert cell["columns"]["headline"]["mean"] / 200 >= 0.90
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--experiments", "0"], "--experiments: expected an integer >= 1, got 0"),
+    (["--seeds", "1", "3"], "--seeds: expected an integer >= 2, got 1"),
+    (["--regimes", "0"], "--regimes: invalid choice: 0"),
+    (["--workers", "0"], "--workers: expected an integer >= 1, got 0"),
+    (["--effect", "-1"], "--effect must be a positive number of points, got -1.0"),
+])
+def test_calibration_script_refuses_bad_input_in_one_line(argv, message, capsys):
+    from scripts.benchmarks.interval_calibration import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
