@@ -59,11 +59,26 @@ def at_step(out: Path, run, step: int = 2):
     return lambda: (R.current_step(out, run) or (0, 0))[0] >= step
 
 
+def _unlocked(out: Path) -> bool:
+    """No process holds a run folder's lock any more (every holder has ended)."""
+    import fcntl
+
+    for lock in out.glob("runs/*/*/.lock"):
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+    return True
+
+
 def nothing_left(out: Path, timeout: float = 120) -> None:
     deadline = time.time() + timeout
-    while processes_of(out) and time.time() < deadline:
+    while (processes_of(out) or not _unlocked(out)) and time.time() < deadline:
         time.sleep(0.5)
     assert not processes_of(out), "processes of the run are still alive"
+    assert _unlocked(out), "a run folder is still locked by a process that has not ended"
 
 
 def assert_resumes(path: Path, out: Path, steps: int, **kwargs) -> None:

@@ -46,7 +46,7 @@ def no_build(monkeypatch):
     (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be a positive int, got 0"),
     (["--warmup_steps", "-5"], "--warmup_steps must be a finite number >= 0"),
     (["--adam_beta1", "1.5"], "--adam_beta1 must be a finite number >= 0 and < 1, got 1.5"),
-    (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+    (["--seed", "-1"], "--seed must be an integer in [0, 4294967295], got -1"),
     (["--dataloader_num_workers", "-1"], "--dataloader_num_workers must be an integer >= 0, got -1"),
     (["--logging_steps", "0"], "--logging_steps must be a finite number > 0"),
 ])
