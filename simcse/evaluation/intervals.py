@@ -335,15 +335,9 @@ def _pair_resamples(sims_by_seed: list[list[list[np.ndarray]]], golds: list[np.n
     return drawn, out
 
 
-def _two_stage(sims_by_seed: list[list[list[np.ndarray]]], golds: list[np.ndarray], n_resamples: int,
-               rng: np.random.Generator, chunk: int = 256) -> list[np.ndarray]:
-    """The resampled means over seeds of each model in ``sims_by_seed`` (models x seeds x parts). Each resample
-    draws the seeds with replacement and one set of pairs (within each part), which every drawn seed is scored
-    on: the seeds share their test pairs. Every model gets the same draws (paired). Returns one (R,) array per
-    model."""
-    drawn, stats = _pair_resamples(sims_by_seed, golds, n_resamples, rng, chunk)
-    cols = np.arange(n_resamples)[:, None]
-    return [st[drawn, cols].mean(axis=1) for st in stats]
+def _seed_means(drawn: np.ndarray, stats: np.ndarray) -> np.ndarray:
+    """(R,) means over the drawn seed slots of an (S, R) array of per-seed resampled Spearmans."""
+    return stats[drawn, np.arange(len(drawn))[:, None]].mean(axis=1)
 
 
 def pair_resamples_over_seeds(models: list[list], n_resamples: int, seed) -> tuple[list[list[float]], np.ndarray,
@@ -390,11 +384,10 @@ def hierarchical_bootstrap(seeds: list, n_resamples: int = DEFAULT_RESAMPLES, se
         ValueError: no seeds, seeds scored on other pairs, or as :func:`bootstrap_parts`.
     """
     _check(n_resamples, confidence)
-    _, sims, golds = _seed_arrays(list(seeds), "hierarchical_bootstrap")
-    full = [np.arange(len(g))[None, :] for g in golds[0]]
-    per_seed = tuple(float(_part_stats(s, golds[0], full)["all"][0]) for s in sims)
-    (stats,) = _two_stage([sims], golds[0], n_resamples, np.random.default_rng(seed))
-    low, high = _interval(stats, confidence)
+    _seed_arrays(list(seeds), "hierarchical_bootstrap")
+    (points,), drawn, (stats,) = pair_resamples_over_seeds([list(seeds)], n_resamples, seed)
+    per_seed = tuple(points)
+    low, high = _interval(_seed_means(drawn, stats), confidence)
     return SeedEstimate(float(np.mean(per_seed)), low, high, per_seed)
 
 
@@ -420,12 +413,10 @@ def paired_hierarchical_bootstrap(seeds_a: list, seeds_b: list, n_resamples: int
     if len(seeds_a) != len(seeds_b):
         raise ValueError(f"paired_hierarchical_bootstrap: {len(seeds_a)} seeds against {len(seeds_b)}; a paired "
                          "comparison needs the same seeds on both sides")
-    _, sims, golds = _seed_arrays(list(seeds_a) + list(seeds_b), "paired_hierarchical_bootstrap")
-    n = len(seeds_a)
-    full = [np.arange(len(g))[None, :] for g in golds[0]]
-    point = [float(_part_stats(s, golds[0], full)["all"][0]) for s in sims]
-    res_a, res_b = _two_stage([sims[:n], sims[n:]], golds[0], n_resamples, np.random.default_rng(seed))
-    return _difference(float(np.mean(point[:n])), float(np.mean(point[n:])), res_a - res_b, confidence)
+    _seed_arrays(list(seeds_a) + list(seeds_b), "paired_hierarchical_bootstrap")
+    (pa, pb), drawn, (st_a, st_b) = pair_resamples_over_seeds([list(seeds_a), list(seeds_b)], n_resamples, seed)
+    return _difference(float(np.mean(pa)), float(np.mean(pb)), _seed_means(drawn, st_a) - _seed_means(drawn, st_b),
+                       confidence)
 
 
 def seed_t_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float, float]:

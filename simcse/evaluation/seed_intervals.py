@@ -161,13 +161,14 @@ def summarize_seeds(seeds: list, n_resamples: int, seed: int, scale: float = 100
     Raises:
         ValueError: as :func:`simcse.evaluation.intervals.hierarchical_bootstrap`.
     """
-    from simcse.evaluation.intervals import _interval, _seed_arrays, pair_resamples_over_seeds, seed_t_interval
+    from simcse.evaluation.intervals import (_interval, _seed_arrays, _seed_means, pair_resamples_over_seeds,
+                                             seed_t_interval)
 
     _seed_arrays(list(seeds), "summarize_seeds")
     per_seed, drawn, (stats,) = pair_resamples_over_seeds([list(seeds)], n_resamples, seed)
     per = scale * np.asarray(per_seed[0])
     head = headline_interval(per, scale * stats.mean(axis=0), confidence)
-    h_low, h_high = _interval(scale * stats[drawn, np.arange(len(drawn))[:, None]].mean(axis=1), confidence)
+    h_low, h_high = _interval(scale * _seed_means(drawn, stats), confidence)
     _, t_low, t_high = seed_t_interval(per, confidence)
     return {"per_seed": per.tolist(), "mean": head.estimate, "low": head.low, "high": head.high,
             "seed_sd": head.seed_sd, "pair_se": head.pair_se, "h_low": h_low, "h_high": h_high,
@@ -192,7 +193,8 @@ def compare_seeds(seeds_a: list, seeds_b: list, n_resamples: int, seed: int, sca
     Raises:
         ValueError: another number of seeds on each side, seeds scored on other pairs.
     """
-    from simcse.evaluation.intervals import _difference, _seed_arrays, pair_resamples_over_seeds, paired_seed_t
+    from simcse.evaluation.intervals import (_difference, _seed_arrays, _seed_means, pair_resamples_over_seeds,
+                                             paired_seed_t)
 
     if len(seeds_a) != len(seeds_b):
         raise ValueError(f"compare_seeds: {len(seeds_a)} seeds against {len(seeds_b)}; a paired comparison needs the "
@@ -202,9 +204,8 @@ def compare_seeds(seeds_a: list, seeds_b: list, n_resamples: int, seed: int, sca
     va, vb = scale * np.asarray(per_seed[0]), scale * np.asarray(per_seed[1])
     d = va - vb
     head = headline_interval(d, scale * (st_a - st_b).mean(axis=0), confidence)
-    cols = np.arange(len(drawn))[:, None]
     hier = _difference(float(va.mean()), float(vb.mean()),
-                       scale * (st_a[drawn, cols].mean(axis=1) - st_b[drawn, cols].mean(axis=1)), confidence)
+                       scale * (_seed_means(drawn, st_a) - _seed_means(drawn, st_b)), confidence)
     _, t_low, t_high, t_p = paired_seed_t(va, vb, confidence)
     shown = bool(head.n_seeds >= 2 and (head.low > 0 or head.high < 0))
     return {"a": float(va.mean()), "b": float(vb.mean()), "diff": head.estimate, "per_seed": d.tolist(),
