@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-extra", type=int_at_least(0), default=2,
                    help=f"extra rounds while per-round speed-ups disagree by more than {100 * TOLERANCE:.0f}%%")
     p.add_argument("--threads", type=int_at_least(1), default=2)
+    p.add_argument("--gemm-square", type=int_at_least(1), default=None,
+                   help="side of the large square product beside the GEMM ceiling (default 2048 on CPU)")
     p.add_argument("--by", choices=["wall", "cpu"], default="wall",
                    help="what the per-round speed-up (and its agreement check) compares: wall time, or process CPU "
                         "time (steadier on a shared machine, with --threads 1 especially)")
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.max_seq_length} warmup={args.warmup} steps={args.steps} threads={args.threads} "
           f"old_args={args.old_args} new_args={args.new_args} by={args.by} real_tokens/step~{tokens} {load_avg()}", flush=True)
     gemm = common[:-4] + ["--gemm", "--gemm-tokens", str(tokens)]
+    gemm += ["--gemm-square", str(args.gemm_square)] if args.gemm_square else []
 
     def ceiling(when: str) -> dict:
         c = run_train_worker(gemm)

@@ -49,6 +49,12 @@ def default_data(name: str = WIKI) -> Path:
     return found if found.is_absolute() else REPO / found
 
 
+def cache_tag(model: str | None, default: str = "minilm") -> str:
+    """A file-name part naming ``model`` in a cache folder: ``default`` for the default model (None), else the
+    model folder's name with every character other than a letter or digit made ``_``."""
+    return default if model is None else "".join(c if c.isalnum() else "_" for c in Path(model).name)
+
+
 def read_sentences(path: Path, n: int) -> list[str]:
     """The first ``n`` non-blank lines of ``path`` (:func:`simcse.training.data.read_sentences`).
 

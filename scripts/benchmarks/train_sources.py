@@ -2,6 +2,7 @@
 
     python -m scripts.benchmarks.train_sources             # CPU default (configs/unsup_cpu_minilm.json), 2 rounds
     python -m scripts.benchmarks.train_sources --quick     # 1 round of 1 warm-up + 3 timed steps (a smoke run)
+    python -m scripts.benchmarks.train_sources --quick --model DIR --data FILE   # another model and sentence file
 
 Both sides run the packaged CPU default config (all-MiniLM-L6-v2, the first 9600 sentences of wiki1m, batch 64, 32
 tokens, fp32) with evaluation and checkpoints off. One side reads ``--train_file data/wiki1m_for_simcse.txt``; the
@@ -40,12 +41,14 @@ from scripts.benchmarks.common import add_busy_option, check_idle, checkout_env,
 WIKI = "wiki1m_for_simcse.txt"
 
 
-def _worker(side: str, data: str, folder: str, out: str, warmup: int, steps: int) -> dict:
+def _worker(side: str, data: str, folder: str, out: str, warmup: int, steps: int, model: str | None = None) -> dict:
     from transformers import TrainerCallback, set_seed
 
     from simcse.training import build_trainer, training_arguments
 
     source = dict(train_file=data) if side == "file" else dict(dataset_name=folder, dataset_data_files=WIKI)
+    if model:
+        source["model_name_or_path"] = model
     t0 = time.perf_counter()
     model_args, data_args, training_args = training_arguments(
         "unsup_cpu_minilm", **source, output_dir=out, overwrite_output_dir=True, max_steps=warmup + steps,
@@ -74,7 +77,8 @@ def _worker(side: str, data: str, folder: str, out: str, warmup: int, steps: int
 def _measure(side: str, args, folder: str) -> dict:
     with tempfile.TemporaryDirectory() as out:
         cmd = module_command("train_sources", "--worker", side, "--data", str(args.data), "--folder", folder, "--out", out,
-                             "--warmup", str(args.warmup), "--steps", str(args.steps))
+                             "--warmup", str(args.warmup), "--steps", str(args.steps),
+                             *(["--model", args.model] if args.model else []))
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=checkout_env())
         if res.returncode != 0:
             sys.exit(f"error: the {side} run failed:\n{res.stderr[-3000:]}")
@@ -88,13 +92,14 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int_at_least(1), default=10)
     p.add_argument("--quick", action="store_true", help="1 round, 1 warm-up + 3 timed steps")
     p.add_argument("--data", type=Path, default=None, help=f"the {WIKI} file (default: data/ or $SIMCSE_DATA_MIRROR)")
+    p.add_argument("--model", default=None, help="model folder or name (default: the config's all-MiniLM-L6-v2)")
     p.add_argument("--worker", choices=["file", "dataset"], help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     add_busy_option(p)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(_worker(args.worker, str(args.data), args.folder, args.out, args.warmup, args.steps)))
+        print(json.dumps(_worker(args.worker, str(args.data), args.folder, args.out, args.warmup, args.steps, args.model)))
         return
     check_idle(args.allow_busy)
     if args.quick:

@@ -97,20 +97,24 @@ def _spec(tmp_path, world, steps=40):
 TWO_GPUS = {"CUDA_VISIBLE_DEVICES": "0,1"}  # two slots of a torchrun run; the CPU build trains on gloo
 
 
-def test_sigterm_stops_every_torchrun_worker_and_the_rerun_resumes(tmp_path, tiny_world, monkeypatch):
+@pytest.mark.parametrize("sig, gpus", [(signal.SIGTERM, 2), (signal.SIGHUP, 0)], ids=["sigterm-torchrun", "sighup"])
+def test_signal_stops_the_run_and_the_rerun_resumes(tmp_path, tiny_world, monkeypatch, sig, gpus):
+    """SIGTERM to the runner of a torchrun run (two workers) and SIGHUP to the runner of a one-process run: exit
+    status 75, the run recorded ``stopped`` with a checkpoint (under torchrun, every worker's RNG state in it),
+    nothing of it left running, and the rerun resumes it."""
     path, out = _spec(tmp_path, tiny_world), tmp_path / "out"
     run = load_spec(path).runs()[0]
-    runner = start_runner(path, out, "--gpus_per_run", "2", env=TWO_GPUS)
+    runner = start_runner(path, out, "--gpus_per_run", str(gpus), env=TWO_GPUS)
     wait_until("reached step 2", at_step(out, run), runner=runner)
-    runner.send_signal(signal.SIGTERM)
+    runner.send_signal(sig)
     output = runner.communicate(timeout=300)[0]
     assert runner.returncode == 75, output[-3000:]
     assert json.loads((out / "runs/a/seed1/result.json").read_text())["status"] == "stopped"
     nothing_left(out, timeout=10)
     ck = R._last_checkpoint(out / "runs/a/seed1/model")
-    assert ck and {"rng_state_0.pth", "rng_state_1.pth"} <= {p.name for p in Path(ck).iterdir()}
+    assert ck and {f"rng_state_{rank}.pth" for rank in range(gpus)} <= {p.name for p in Path(ck).iterdir()}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert_resumes(path, out, 40, gpus_per_run=2)
+    assert_resumes(path, out, 40, gpus_per_run=gpus)
 
 
 def test_submitit_preemption_stops_every_torchrun_worker(tmp_path, tiny_world, monkeypatch):
@@ -142,19 +146,6 @@ def test_submitit_preemption_stops_every_torchrun_worker(tmp_path, tiny_world, m
         (True, False), (True, True), (False, False)]  # train, train resumed, score
     assert "resumed from step" in log
     assert json.loads((out / "runs/a/seed1/result.json").read_text())["train"]["steps"] == 40
-
-
-def test_sighup_stops_the_run_like_sigterm(tmp_path, tiny_world):
-    path, out = _spec(tmp_path, tiny_world), tmp_path / "out"
-    run = load_spec(path).runs()[0]
-    runner = start_runner(path, out)
-    wait_until("reached step 2", at_step(out, run), runner=runner)
-    runner.send_signal(signal.SIGHUP)
-    output = runner.communicate(timeout=300)[0]
-    assert runner.returncode == 75, output[-3000:]
-    assert json.loads((out / "runs/a/seed1/result.json").read_text())["status"] == "stopped"
-    nothing_left(out, timeout=10)
-    assert_resumes(path, out, 40)
 
 
 @pytest.mark.parametrize("gpus", [0, 2])
