@@ -28,7 +28,8 @@ from pathlib import Path
 
 from simcse.files.errors import command_prog
 
-POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
+POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token", "max",
+           "weighted_avg", "avg_sqrt_len"]
 TASK_SETS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
     "transfer": ["MR", "CR", "MPQA", "SUBJ", "SST2", "TREC", "MRPC"],

@@ -25,6 +25,13 @@ reference implementation (``models.py: Pooler``):
 * ``avg_first_last_embeddings``: masked mean of the average of the *embedding layer's output*
   (``hidden_states[0]``) and the last layer: what the paper's printed "first-last avg." rows (Tables 1, 6 and
   the BERT/RoBERTa baselines of Table 5) computed, per the reference README's note on that bug.
+* ``max``, ``weighted_avg``, ``avg_sqrt_len``: sentence-transformers' ``Pooling`` modes ``max``,
+  ``weightedmean`` and ``mean_sqrt_len_tokens`` over the last layer (the per-dimension maximum over the real
+  tokens; the mean weighted by token position 1..L; the sum divided by the square root of the token count), as
+  its ``Pooling._forward_padded`` (6.2) computes them, for the folders it saves and for training.
+* ``a+b`` (e.g. ``cls_before_pooler+avg``): the poolers ``a``, ``b``... concatenated, (N, k*H), as
+  sentence-transformers concatenates the modes of one ``Pooling`` (``pooling_mode=("cls", "mean")``), in the
+  order named (:func:`get_pooler`).
 """
 from __future__ import annotations
 
@@ -43,12 +50,14 @@ def _masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Te
 
 @dataclass(frozen=True)
 class Pooler:
-    """A registered pooler: ``fn`` computes (N, H) from the encoder outputs."""
+    """A registered pooler: ``fn`` computes (N, width * H) from the encoder outputs (``width`` 1 but for a
+    concatenation of poolers, :func:`get_pooler`)."""
 
     name: str
     fn: Callable[[torch.Tensor, torch.Tensor, tuple | None], torch.Tensor]
     needs_hidden_states: bool
     uses_mlp: bool
+    width: int = 1
 
 
 POOLERS: dict[str, Pooler] = {}
@@ -81,6 +90,33 @@ def _last_token(last_hidden, attention_mask, hidden_states):
     return last_hidden[torch.arange(last_hidden.shape[0], device=last_hidden.device), last]  # (N, H)
 
 
+@_register("max")
+def _max(last_hidden, attention_mask, hidden_states):
+    # sentence-transformers' "max": padding (mask 0) set to the lowest value of the dtype, then the max over tokens
+    # (6.2 uses -inf; any row with one real token gives the same vector)
+    fill = torch.finfo(last_hidden.dtype).min
+    return last_hidden.masked_fill(attention_mask.unsqueeze(-1) == 0, fill).max(dim=1).values  # (N, H)
+
+
+@_register("weighted_avg")
+def _weighted_avg(last_hidden, attention_mask, hidden_states):
+    # sentence-transformers' "weightedmean": token j (0-based, from the row's start: rows are right-padded) weighs
+    # j + 1; the pooling mask (prompt tokens left out or not) says which tokens count, with their original weights
+    # weights and sums in float32 for a half-precision encoder (bf16 counts integers exactly only up to 256)
+    acc = torch.float32 if last_hidden.dtype in (torch.float16, torch.bfloat16) else last_hidden.dtype
+    weights = torch.arange(1, last_hidden.shape[1] + 1, device=last_hidden.device, dtype=acc)
+    w = attention_mask.to(acc) * weights[None, :]  # (N, L)
+    out = (last_hidden.to(acc) * w.unsqueeze(-1)).sum(dim=1) / w.sum(dim=1, keepdim=True).clamp(min=1e-9)
+    return out.to(last_hidden.dtype)
+
+
+@_register("avg_sqrt_len")
+def _avg_sqrt_len(last_hidden, attention_mask, hidden_states):
+    # sentence-transformers' "mean_sqrt_len_tokens": the masked sum divided by sqrt(number of pooled tokens)
+    mask = attention_mask.unsqueeze(-1).to(last_hidden.dtype)  # (N, L, 1)
+    return (last_hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0).sqrt()
+
+
 @_register("avg_top2", needs_hidden_states=True)
 def _avg_top2(last_hidden, attention_mask, hidden_states):
     return _masked_mean((hidden_states[-1] + hidden_states[-2]) / 2.0, attention_mask)
@@ -108,14 +144,40 @@ def _prompt_mask(last_hidden, attention_mask, hidden_states):
 
 
 def get_pooler(name: str) -> Pooler:
-    """Return the registered pooler ``name``.
+    """Return the registered pooler ``name``, or for ``"a+b[+...]"`` the concatenation of registered poolers
+    ``a``, ``b``...: ``fn`` gives ``torch.cat([a(...), b(...)], dim=-1)``, (N, k*H), and ``width`` k
+    (sentence-transformers' ``Pooling`` with several modes, which concatenates them in the order given).
 
     Raises:
-        ValueError: ``name`` is not registered; the message lists the valid names.
+        ValueError: ``name`` is not registered; the message lists the valid names. For a concatenation: a part
+            that is not registered, or one with the ``cls`` MLP or a prompt template (``cls``, ``prompt_mask*``:
+            their heads act on one H-vector), one line naming it.
     """
-    if name not in POOLERS:
-        raise ValueError(f"unknown pooler_type {name!r}; expected one of {sorted(POOLERS)}")
-    return POOLERS[name]
+    if name in POOLERS:
+        return POOLERS[name]
+    if isinstance(name, str) and "+" in name:
+        return _concatenation(name)
+    raise ValueError(f"unknown pooler_type {name!r}; expected one of {sorted(POOLERS)} (or several of them joined "
+                     "by '+', concatenated)")
+
+
+def _concatenation(name: str) -> Pooler:
+    """The pooler ``"a+b[+...]"`` of :func:`get_pooler`."""
+    parts = name.split("+")
+    for part in parts:
+        if part not in POOLERS:
+            raise ValueError(f"unknown pooler {part!r} in pooler_type {name!r}; expected poolers of "
+                             f"{sorted(POOLERS)} joined by '+'")
+        if POOLERS[part].uses_mlp or part in PROMPT_POOLERS:
+            raise ValueError(f"pooler {part!r} cannot be concatenated (pooler_type {name!r}): its MLP head or prompt "
+                             "template acts on one vector; concatenate poolers without them (cls_before_pooler, avg, "
+                             "max, ...)")
+    poolers = [POOLERS[p] for p in parts]
+
+    def fn(last_hidden, attention_mask, hidden_states):
+        return torch.cat([p.fn(last_hidden, attention_mask, hidden_states) for p in poolers], dim=-1)
+
+    return Pooler(name, fn, any(p.needs_hidden_states for p in poolers), False, width=len(parts))
 
 
 class MLPHead(nn.Module):

@@ -17,8 +17,16 @@ from __future__ import annotations
 
 import torch
 
-# the poolers that average token states over the attention mask (simcse.models.pooling)
-MEAN_POOLERS = ("avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings")
+# the poolers that reduce token states over the pooling mask (simcse.models.pooling): the means, and
+# sentence-transformers' max / weightedmean / mean_sqrt_len_tokens, which leave prompt tokens out alike
+MEAN_POOLERS = ("avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "max", "weighted_avg",
+                "avg_sqrt_len")
+
+
+def is_mean_pooler(pooler_type: str) -> bool:
+    """Whether ``pooler_type`` reduces over the pooling mask (:data:`MEAN_POOLERS`), a concatenation
+    (``"avg+max"``) when every part does: then ``include_prompt`` False applies to it."""
+    return all(part in MEAN_POOLERS for part in str(pooler_type).split("+"))
 
 
 def check_include_prompt(include_prompt, pooler_type: str) -> bool:
@@ -31,7 +39,7 @@ def check_include_prompt(include_prompt, pooler_type: str) -> bool:
     """
     if not isinstance(include_prompt, bool):
         raise ValueError(f"include_prompt must be true or false, got {include_prompt!r}")
-    if not include_prompt and pooler_type not in MEAN_POOLERS:
+    if not include_prompt and not is_mean_pooler(pooler_type):
         raise ValueError(f"include_prompt false leaves the prompt's tokens out of a mean; pooler {pooler_type!r} is "
                          f"not a mean: use a pooler of {list(MEAN_POOLERS)} or include_prompt true")
     return include_prompt
@@ -46,7 +54,7 @@ def recorded_include_prompt(folder, simcse_config: dict | None, pooler_type: str
     if simcse_config is not None:
         return bool(simcse_config.get("include_prompt", True))
     found = st_pooling_config(folder) if folder is not None else None
-    return not (found is not None and found[0].get("include_prompt") is False and pooler_type in MEAN_POOLERS)
+    return not (found is not None and found[0].get("include_prompt") is False and is_mean_pooler(pooler_type))
 
 
 def prompt_token_count(tokenizer, prompt: str, max_length: int) -> int:

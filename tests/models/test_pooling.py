@@ -8,7 +8,8 @@ from simcse.models.modeling import SimCSEModel
 from simcse.models.pooling import POOLERS, get_pooler
 
 
-ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token"]
+ALL_POOLERS = ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_embeddings", "last_token",
+               "max", "weighted_avg", "avg_sqrt_len"]
 
 
 def test_registry_names_and_unknown():
@@ -30,6 +31,22 @@ def test_pooler_shapes_and_padding_invariance(tmp_path_factory, arch, pooler, re
     torch.testing.assert_close(short, padded, rtol=1e-4, atol=1e-5)
 
 
+def test_concatenated_poolers_and_what_cannot_be_concatenated(tiny_bert_dir):
+    model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="cls_before_pooler+avg+max").eval()
+    batch = tokenize(model, SENTENCES[:3])
+    with torch.no_grad():
+        got = model(**batch)
+        parts = [SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type=p).eval()(**batch)
+                 for p in ("cls_before_pooler", "avg", "max")]
+    assert got.shape == (3, 96) and model.hidden_size == 96 and get_pooler("avg+max").width == 2
+    torch.testing.assert_close(got, torch.cat(parts, dim=-1))
+    for name, message in (("avg+mean", "unknown pooler 'mean' in pooler_type 'avg\\+mean'"),
+                          ("cls+avg", "pooler 'cls' cannot be concatenated"),
+                          ("avg+prompt_mask_before_pooler", "pooler 'prompt_mask_before_pooler' cannot be concatenated")):
+        with pytest.raises(ValueError, match=message):
+            get_pooler(name)
+
+
 def test_poolers_against_manual_computation(tiny_bert_dir):
     model = SimCSEModel.from_pretrained(str(tiny_bert_dir), pooler_type="avg").eval()
     batch = tokenize(model, SENTENCES[:2])
@@ -44,6 +61,9 @@ def test_poolers_against_manual_computation(tiny_bert_dir):
                 "avg_first_last": ((hs[1][i, :n] + hs[-1][i, :n]) / 2).mean(0),
                 "avg_first_last_embeddings": ((hs[0][i, :n] + hs[-1][i, :n]) / 2).mean(0),
                 "cls_before_pooler": hs[-1][i, 0],
+                "max": hs[-1][i, :n].max(0).values,
+                "weighted_avg": (hs[-1][i, :n] * torch.arange(1.0, n + 1)[:, None]).sum(0) * 2 / (n * (n + 1)),
+                "avg_sqrt_len": hs[-1][i, :n].sum(0) / n ** 0.5,
             }
             for name, vec in expect.items():
                 p = get_pooler(name)

@@ -14,7 +14,8 @@ import simcse.models.modeling as modeling
 import simcse.models.unpadded as unpadded
 
 
-POOLERS = ["cls", "avg", "avg_first_last", "avg_first_last_embeddings", "avg_top2"]
+POOLERS = ["cls", "avg", "avg_first_last", "avg_first_last_embeddings", "avg_top2", "max", "weighted_avg", "avg_sqrt_len",
+           "cls_before_pooler+avg"]
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])
@@ -38,11 +39,12 @@ def test_padding_free_left_padding_and_extra_padding(tiny_bert_dir):
         torch.testing.assert_close(free(**batch), padded(**batch), rtol=1e-5, atol=1e-5)
 
 
-def test_padding_free_gradients_equal_padded(tiny_bert_dir):
+@pytest.mark.parametrize("pooler", ["cls", "max+weighted_avg"])
+def test_padding_free_gradients_equal_padded(tiny_bert_dir, pooler):
     """Without dropout (eval mode) the parameter gradients of a contrastive loss match."""
     from simcse.training.losses import info_nce
 
-    padded, free = padded_and_unpadded(tiny_bert_dir, "cls")
+    padded, free = padded_and_unpadded(tiny_bert_dir, pooler)
     batch = tokenize(padded, SENTENCES)
     grads = []
     for model in (padded, free):
