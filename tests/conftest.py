@@ -366,6 +366,30 @@ def tokenize(model, sentences: list[str], pad_to: int | None = None):
     return model.tokenizer(sentences, return_tensors="pt", **kw)
 
 
+def save_st_model(encoder_dir, folder, *after_pooling, mode="mean", **kwargs):
+    """Save a sentence-transformers model of ``encoder_dir`` (hidden size 32) into ``folder`` with the installed
+    package: Transformer, Pooling (``mode``: a mode or a list of modes), then the modules ``after_pooling``
+    (``models.Dense(...)``, ``models.Normalize()``...); ``kwargs`` go to ``SentenceTransformer`` (``prompts``,
+    ``truncate_dim``...). Returns the model."""
+    from sentence_transformers import SentenceTransformer, models
+
+    st = SentenceTransformer(modules=[models.Transformer(str(encoder_dir)), models.Pooling(32, pooling_mode=mode),
+                                      *after_pooling], device="cpu", **kwargs)
+    st.save(str(folder))
+    return st
+
+
+def st_dense_model(encoder_dir, folder):
+    """:func:`save_st_model` with concatenated pooling (cls, max), Dense 64->16 Tanh, Dense 16->8 Identity without a
+    bias, and Normalize: every step a sentence-transformers folder may take after its Transformer."""
+    from sentence_transformers import models
+    from torch import nn
+
+    return save_st_model(encoder_dir, folder, models.Dense(64, 16, activation_function=nn.Tanh()),
+                         models.Dense(16, 8, bias=False, activation_function=nn.Identity()), models.Normalize(),
+                         mode=["cls", "max"])
+
+
 def padded_and_unpadded(folder, pooler: str, **kw):
     """(padded model, padding-free model) loaded from ``folder`` with the same weights, in eval mode."""
     from simcse.models.modeling import SimCSEModel

@@ -26,7 +26,9 @@ import torch
 from simcse.files.storage import writing
 from simcse.models.folder import MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME
 from simcse.models.modeling import SimCSEModel
-from simcse.models.st_files import ST_FILES, ST_POOLING_MODES, mlp_at_inference, write_sentence_transformers_files
+from simcse.models.dense import DENSE_WEIGHTS_NAME
+from simcse.models.st_files import (ST_FILES, ST_POOLING_MODES, is_st_module_folder, mlp_at_inference, st_modes_of,
+                                    write_sentence_transformers_files)
 from simcse.files.checks import check_int
 
 
@@ -68,16 +70,19 @@ def export_sentence_transformers(model: SimCSEModel | str | os.PathLike, output_
             loaded from (:func:`check_not_source`).
         max_seq_length: truncation (tokens) that sentence-transformers will use; capped at the model's limit.
 
+    The dense head (sentence-transformers ``Dense`` modules) and unit-length output (``Normalize``) of a model
+    read from a sentence-transformers folder are written as those modules, so the folder encodes the same there.
+
     Raises:
         ValueError: the pooler (``avg_top2``, ``avg_first_last``) has no sentence-transformers equivalent;
             ``output_dir`` is the model's own folder.
     """
     model = _as_model(model)
-    if model.pooler_type not in ST_POOLING_MODES:
+    if st_modes_of(model.pooler_type) is None:
         raise ValueError(
             f"pooler {model.pooler_type!r} has no sentence-transformers equivalent (its Pooling module reads the last "
-            f"layer's [CLS] or mean, and cannot insert a prompt template's tokens); exportable poolers: "
-            f"{sorted(ST_POOLING_MODES)}"
+            f"layer's token states, and cannot insert a prompt template's tokens); exportable poolers: "
+            f"{sorted(ST_POOLING_MODES)}, alone or joined by '+'"
         )
     check_int(max_seq_length, "max_seq_length")
     out = Path(output_dir)
@@ -113,6 +118,10 @@ _HF_READING = {
     "avg_first_last_embeddings": "the mean over tokens (attention_mask) of the average of hidden_states[0] and "
                                  "hidden_states[-1]",
     "last_token": "last_hidden_state at each row's last position where attention_mask is 1",
+    "max": "the maximum of last_hidden_state over the tokens of attention_mask, per dimension",
+    "weighted_avg": "the mean of last_hidden_state over the tokens of attention_mask, token j (from 0) weighted j + 1",
+    "avg_sqrt_len": "the sum of last_hidden_state over the tokens of attention_mask, divided by the square root of "
+                    "their number",
 }
 
 
@@ -121,11 +130,17 @@ def huggingface_reading(model: SimCSEModel) -> tuple[str, str]:
     folder back with ``SimCSE(folder, pooler=...)`` to the same embeddings: ``(reading, pooler)``.
 
     A ``cls`` model with ``mlp_only_train`` encodes without its MLP (paper Section 3): its embedding is
-    ``last_hidden_state[:, 0]``, not ``pooler_output`` (which holds the MLP)."""
+    ``last_hidden_state[:, 0]``, not ``pooler_output`` (which holds the MLP). A concatenation (``"avg+max"``)
+    reads each part in order, concatenated; a model that encodes unit vectors adds that step."""
     pooler = model.inference_pooler
     if mlp_at_inference(model):
-        return "pooler_output (the encoder's pooler holds the cls MLP)", "cls"
-    return _HF_READING[pooler], pooler
+        reading = "pooler_output (the encoder's pooler holds the cls MLP)"
+        pooler = "cls"
+    elif "+" in pooler:
+        reading = "the concatenation of " + "; ".join(_HF_READING[p] for p in pooler.split("+"))
+    else:
+        reading = _HF_READING[pooler]
+    return reading + (", made unit length" if getattr(model, "pipeline_normalize", False) else ""), pooler
 
 
 def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str | os.PathLike) -> Path:
@@ -139,10 +154,15 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
 
     Raises:
         ValueError: the ``cls`` MLP is used at inference but the encoder has no pooler of shape (H, H) to
-            hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`; ``output_dir``
+            hold it (e.g. DistilBERT); use our format or :func:`export_sentence_transformers`; the model has a
+            dense head (Dense layers after pooling, which a plain HF folder cannot hold); ``output_dir``
             is the model's own folder (:func:`check_not_source`).
     """
     model = _as_model(model)
+    if len(getattr(model, "dense_head", ())):
+        raise ValueError(f"this model applies {len(model.dense_head)} Dense layer(s) after pooling, which a plain HF "
+                         "folder cannot hold (its embeddings would differ); export to sentence-transformers or ONNX, "
+                         "or save with save_pretrained")
     out = Path(output_dir)
     check_not_source(model, out, "a Hugging Face export")
     with writing("the Hugging Face export", out.parent):  # written in a temporary sibling, moved in
@@ -159,12 +179,13 @@ def export_huggingface(model: SimCSEModel | str | os.PathLike, output_dir: str |
                         "cannot reproduce this model's embeddings (save with save_pretrained, or export to "
                         "sentence-transformers)"
                     )
-            simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME) + ST_FILES
-            for name in simcse_files + ("README.md", "simcse_training_args.json"):
-                _remove(saved / name)  # our card would describe simcse/sentence-transformers loading this folder lacks
+            simcse_files = (SIMCSE_CONFIG_NAME, MLP_WEIGHTS_NAME, DENSE_WEIGHTS_NAME) + ST_FILES
             out.mkdir(exist_ok=True)
-            for name in simcse_files:
-                _remove(out / name)  # stale simcse / sentence-transformers files would override the plain folder
+            for folder in (saved, out):  # ours: the card would describe loading this folder lacks; out's: stale
+                for f in list(folder.iterdir()):  # simcse / sentence-transformers files would override the plain one
+                    if f.name in simcse_files or is_st_module_folder(f.name) or (
+                            folder is saved and f.name in ("README.md", "simcse_training_args.json")):
+                        _remove(f)
             for f in sorted(saved.iterdir()):
                 dest = out / f.name
                 if dest.is_dir():

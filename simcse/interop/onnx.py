@@ -1,7 +1,9 @@
 """ONNX export (fp32, int8) of a :class:`SimCSEModel` and an onnxruntime encoder for CPU inference.
 
 The exported graph is the whole model: token ids in, the pooled sentence embedding out (the pooler and,
-when used at inference, the ``cls`` MLP are inside it), so nothing but the tokenizer runs in Python::
+when used at inference, the ``cls`` MLP are inside it, and so are the dense head and the unit-length step of a
+model read from a sentence-transformers folder with ``Dense`` / ``Normalize`` modules), so nothing but the
+tokenizer runs in Python::
 
     folder/
         onnx/simcse.onnx            # fp32, inputs: the tokenizer's (input_ids, attention_mask[, token_type_ids])
@@ -60,15 +62,18 @@ def _require(module: str):
 
 
 class _Graph(torch.nn.Module):
-    """Positional-argument wrapper of a SimCSEModel for the exporter: (input tensors) -> (N, H)."""
+    """Positional-argument wrapper of a SimCSEModel for the exporter: (input tensors) -> (N, D), made unit length
+    when the model encodes unit vectors (``pipeline_normalize``: a sentence-transformers ``Normalize`` module)."""
 
     def __init__(self, model, input_names: list[str]):
         super().__init__()
         self.model, self.input_names = model, input_names
+        self.normalize = bool(getattr(model, "pipeline_normalize", False))
 
     def forward(self, *inputs):
         batch = dict(zip(self.input_names, inputs))
-        return self.model(**batch)
+        out = self.model(**batch)
+        return torch.nn.functional.normalize(out, dim=-1) if self.normalize else out
 
 
 def _export_fp32(model, path: Path, input_names: list[str], opset: int) -> None:
@@ -178,6 +183,7 @@ def export_onnx(model, output_dir: str | os.PathLike, quantize: str | None = Non
                     "ort_optimized": bool(optimized), "opset": opset,
                     "model_fingerprint": model_fingerprint(model),  # fp32 = torch to 1e-6: the same vectors
                     "append_eos": bool(getattr(model, "append_eos", False)),
+                    "normalize": bool(getattr(model, "pipeline_normalize", False)),  # inside the graph
                     "include_prompt": bool(getattr(model, "include_prompt", True))}
             if getattr(model, TRAINED_DIMS_KEY, None):  # the sizes it was trained at (SimCSE(..., truncate_dim=))
                 meta[TRAINED_DIMS_KEY] = [int(d) for d in getattr(model, TRAINED_DIMS_KEY)]

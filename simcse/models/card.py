@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from simcse.models.lora import ADAPTER_CONFIG_NAME
-from simcse.models.st_files import ST_POOLING_MODES
+from simcse.models.st_files import st_modes_of
 
 CARD_NAME = "README.md"
 TRAINING_ARGS_NAME = "simcse_training_args.json"
@@ -40,6 +40,9 @@ _POOLER_TEXT = {
     "avg_top2": "the attention-masked mean of the average of the last two layers",
     "avg_first_last": "the attention-masked mean of the average of the first and the last layer",
     "last_token": "the last layer's state of each sentence's last real token",
+    "max": "the per-dimension maximum of the last layer over the real tokens",
+    "weighted_avg": "the mean of the last layer over the real tokens, weighted by position (1, 2, ...)",
+    "avg_sqrt_len": "the sum of the last layer over the real tokens divided by the square root of their number",
     "prompt_mask": "the last-layer state of the [MASK] token of the prompt template wrapped around the sentence "
                    "(simcse_config.json, `prompt`), through the MLP head",
     "prompt_mask_before_pooler": "the last-layer state of the [MASK] token of the prompt template wrapped around the "
@@ -107,7 +110,7 @@ def _eval_results(results: dict[str, dict[str, float]]):
     return rows
 
 
-def _usage(pooler: str, name: str, st_ok: bool, adapter: bool = False) -> str:
+def _usage(pooler: str, name: str, st_ok: bool, adapter: bool = False, dense: bool = False) -> str:
     st = (f"```python\nfrom sentence_transformers import SentenceTransformer\n\nmodel = SentenceTransformer(\"{name}\")\n"
           "embeddings = model.encode([\"A man is playing a guitar.\"])\n```" if st_ok else
           "sentence-transformers cannot load this folder: it holds a LoRA adapter, and sentence-transformers would "
@@ -117,7 +120,10 @@ def _usage(pooler: str, name: str, st_ok: bool, adapter: bool = False) -> str:
           f"sentence-transformers cannot load this folder: its Pooling module has no `{pooler}` mode, so "
           "`SentenceTransformer(...)` stops with `Invalid pooling mode` instead of computing other embeddings. "
           "Use simcse or plain transformers.")
-    if pooler == "cls":
+    if dense or "+" in pooler:
+        hf = (f"# this model's {'Dense layers after pooling' if dense else f'pooler {pooler}'} are not part of the "
+              "transformers model:\n# encode with simcse or sentence-transformers (above)")
+    elif pooler == "cls":
         hf = "emb = out.pooler_output  # the encoder's pooler holds the SimCSE MLP"
     elif pooler == "cls_before_pooler":
         hf = "emb = out.last_hidden_state[:, 0]"
@@ -129,10 +135,15 @@ def _usage(pooler: str, name: str, st_ok: bool, adapter: bool = False) -> str:
               "# 'This sentence : \"{sentence}\" means {mask} .' with {mask} = tokenizer.mask_token\n"
               "emb = out.last_hidden_state[batch[\"input_ids\"] == tokenizer.mask_token_id]")
     else:
-        layers = {"avg": "out.last_hidden_state", "avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
-                  "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2"}[pooler]
-        hf = (f"h = {layers}\nm = batch[\"attention_mask\"].unsqueeze(-1).float()\n"
-              "emb = (h * m).sum(1) / m.sum(1)")
+        layers = {"avg_top2": "(out.hidden_states[-1] + out.hidden_states[-2]) / 2",
+                  "avg_first_last": "(out.hidden_states[1] + out.hidden_states[-1]) / 2",
+                  "avg_first_last_embeddings": "(out.hidden_states[0] + out.hidden_states[-1]) / 2",
+                  }.get(pooler, "out.last_hidden_state")
+        reduce = {"max": "emb = h.masked_fill(m == 0, float(\"-inf\")).max(1).values",
+                  "weighted_avg": "w = m * torch.arange(1, m.shape[1] + 1).view(1, -1, 1)  # position weights\n"
+                                  "emb = (h * w).sum(1) / w.sum(1)",
+                  "avg_sqrt_len": "emb = (h * m).sum(1) / m.sum(1).sqrt()"}.get(pooler, "emb = (h * m).sum(1) / m.sum(1)")
+        hf = f"h = {layers}\nm = batch[\"attention_mask\"].unsqueeze(-1).float()\n{reduce}"
     return f"""### simcse
 
 ```python
@@ -169,11 +180,17 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool, base
     elif pooler == "prompt_mask" and cfg.get("mlp_only_train"):
         pooler_text = _POOLER_TEXT["prompt_mask_before_pooler"]
     else:
-        pooler_text = _POOLER_TEXT.get(pooler, pooler)
+        pooler_text = " concatenated with ".join(_POOLER_TEXT.get(p, p) for p in pooler.split("+"))
     lines = [f"# {name}", "",
              _trained_with(training), "",
              f"- pooler: `{pooler}`{mlp_note}: the sentence embedding is {pooler_text}",
              f"- embedding size: {cfg.get('hidden_size', '?')}; similarity: cosine"]
+    if cfg.get("dense"):
+        layers = ", ".join(f"Dense {d.get('in_features')}->{d.get('out_features')} "
+                           f"({str(d.get('activation_function', '')).rsplit('.', 1)[-1]})" for d in cfg["dense"])
+        lines.append(f"- after pooling: {layers}")
+    if cfg.get("normalize"):
+        lines.append("- the embeddings are unit length (a Normalize module)")
     data = _training_data(training)
     if base:
         lines.append(f"- base model: [{base}](https://huggingface.co/{base})")
@@ -198,7 +215,7 @@ def _body(name: str, cfg: dict, training: dict, results: dict, st_ok: bool, base
         lines += [f"| {k} | `{training[k]}` |" for k in CARD_TRAINING_KEYS if training.get(k) is not None
                   and not (k == "model_name_or_path" and local_base)]
         lines.append("")
-    lines += ["## Usage", "", _usage(pooler, name, st_ok, bool(cfg.get("lora_adapter"))),
+    lines += ["## Usage", "", _usage(pooler, name, st_ok, bool(cfg.get("lora_adapter")), bool(cfg.get("dense"))),
               "## Citation", "", "```bibtex", _CITATION, "```", ""]
     if training.get("loss_citation"):
         lines[-1:-1] = ["", f"The `{training.get('loss')}` objective:", "", "```bibtex", training["loss_citation"].strip(), "```"]
@@ -287,7 +304,7 @@ def write_model_card(folder: str | os.PathLike, simcse_config: dict | None = Non
     else:  # kept with the folder, so later updates (evaluate --update_card, saves) describe it too
         (folder / TRAINING_ARGS_NAME).write_text(json.dumps(training, indent=2, default=str) + "\n")
     adapter = bool(cfg.get("lora_adapter"))
-    st_ok = cfg.get("pooler_type", "cls") in ST_POOLING_MODES and not adapter
+    st_ok = st_modes_of(cfg.get("pooler_type", "cls")) is not None and not adapter
     base = _base_model(training) or (_hub_id(_json(folder / ADAPTER_CONFIG_NAME).get("base_model_name_or_path"))
                                      if adapter else None)
     name = model_name or folder.resolve().name

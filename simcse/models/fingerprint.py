@@ -47,7 +47,7 @@ def model_fingerprint(model, legacy: bool = False) -> str:
 
     It hashes the content, not the location: every weight tensor and buffer that encoding uses (name, dtype,
     shape, bytes, in name order; not an MLM head, nor the MLP of an ``mlp_only_train`` model), the pooler,
-    ``mlp_only_train`` and the tokenizer's settings (:func:`tokenizer_settings`: its pipeline with the
+    ``mlp_only_train``, a dense head's activations and the tokenizer's settings (:func:`tokenizer_settings`: its pipeline with the
     vocabulary, lower-casing and the other options that decide the ids). So the same folder spelled ``./model``
     or by its absolute path, or copied elsewhere, has one fingerprint, and a model retrained in place into the
     same folder, or whose tokenizer now lower-cases, has another. Cost: one SHA-256 pass over the weights (the
@@ -75,7 +75,10 @@ def model_fingerprint(model, legacy: bool = False) -> str:
     h.update(json.dumps({"pooler_type": getattr(model, "pooler_type", None),
                          "mlp_only_train": bool(getattr(model, "mlp_only_train", False)),
                          **({"prompt": prompt.to_dict()} if prompt is not None else {}),
-                         **({} if getattr(model, "include_prompt", True) else {"include_prompt": False})},
+                         **({} if getattr(model, "include_prompt", True) else {"include_prompt": False}),
+                         # a dense head's activations (its weights are in the state dict)
+                         **({"dense": [layer.activation for layer in model.dense_head]}
+                            if len(getattr(model, "dense_head", ())) else {})},
                         sort_keys=True).encode())
     state = model.state_dict()
     unused = ("mlm_head.",) + (("mlp.",) if getattr(model, "mlp_only_train", False) else ())  # not in encode()

@@ -5,6 +5,7 @@ A saved SimCSE model is a plain HF encoder folder plus small files::
     config.json, model.safetensors, tokenizer files   # the encoder: AutoModel.from_pretrained(dir) works
     simcse_config.json                                 # pooler_type, mlp_only_train, hidden_size, format version
     simcse_mlp.safetensors                             # the MLP head (only for pooler_type "cls")
+    simcse_dense.safetensors                           # Dense layers after pooling (a dense head, if any)
     modules.json, 1_Pooling/, ...                      # sentence-transformers modules (:mod:`simcse.models.st_files`)
     README.md                                          # the model card (:mod:`simcse.models.card`)
 
@@ -35,6 +36,8 @@ from torch import nn
 from simcse.files.storage import atomic_folder, writing
 from simcse.models.card import CARD_NAME, write_model_card
 from simcse.models.decoder import check_decoder_pooler, default_decoder_pooler, read_model_config
+from simcse.models.after_pooling import apply_recorded_pipeline, load_dense_weights, pipeline_config, write_dense_weights
+from simcse.models.dense import DENSE_WEIGHTS_NAME
 from simcse.models.pooling import PROMPT_POOLERS, get_pooler, recorded_pooler
 from simcse.models.prompt_pooling import check_include_prompt, recorded_include_prompt
 from simcse.models.reference_checkpoints import missing_pooler_message, published_pooler, read_reference_mlp
@@ -140,6 +143,10 @@ def _hub_file(repo_id: str, filename: str, hf_kwargs: dict) -> Path | None:
         return Path(hf_hub_download(repo_id, filename, **{k: v for k, v in hf_kwargs.items() if k in _HUB_KWARGS}))
     except EntryNotFoundError:  # remote: no such file; offline: not in the cached snapshot
         return None
+
+def _saved_file(path: str, filename: str, is_local: bool, hf_kwargs: dict) -> Path | None:
+    """``filename`` of model ``path``: in the local folder (it may not exist), else from the Hub (:func:`_hub_file`)."""
+    return Path(path) / filename if is_local else _hub_file(path, filename, hf_kwargs)
 
 @contextlib.contextmanager
 def quiet_transformers_bars():
@@ -257,8 +264,7 @@ class SavedFolder:
 
     # ----------------------------------------------------------------------------------- save / load
     def simcse_config(self) -> dict:
-        """``simcse_config.json``: format version, pooler, MLP flag, hidden size, and ``matryoshka_dims`` (the
-        embedding sizes a ``--loss matryoshka`` run trained, high to low) when the model has them."""
+        """``simcse_config.json``: version, pooler, MLP flag, embedding size; ``matryoshka_dims``, :func:`pipeline_config`."""
         from simcse.models.decoder import is_bidirectional, is_decoder_config
 
         cfg = {
@@ -283,7 +289,7 @@ class SavedFolder:
             cfg["default_prompt_name"] = self.default_prompt_name
         if getattr(self, TRAINED_DIMS_KEY, None):
             cfg[TRAINED_DIMS_KEY] = [int(d) for d in getattr(self, TRAINED_DIMS_KEY)]
-        return cfg
+        return {**cfg, **pipeline_config(self)}
 
     def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None,
                         is_main_process: bool = True, merge_lora: bool = False) -> None:
@@ -314,6 +320,7 @@ class SavedFolder:
                 self.tokenizer.save_pretrained(tmp)
             if self.mlp is not None:
                 save_file({k: v.detach().contiguous().cpu() for k, v in self.mlp.state_dict().items()}, str(tmp / MLP_WEIGHTS_NAME))
+            write_dense_weights(self, tmp)
             if getattr(self, "mlm_head", None) is not None:
                 save_file(self._mlm_head_state(), str(tmp / MLM_HEAD_WEIGHTS_NAME))
             (tmp / SIMCSE_CONFIG_NAME).write_text(json.dumps(self.simcse_config(), indent=2) + "\n")
@@ -463,7 +470,7 @@ class SavedFolder:
         if cfg is not None and cfg.get(TRAINED_DIMS_KEY):
             setattr(model, TRAINED_DIMS_KEY, [int(d) for d in cfg[TRAINED_DIMS_KEY]])
         if model.mlp is not None:
-            mlp_file = Path(path) / MLP_WEIGHTS_NAME if is_local else _hub_file(path, MLP_WEIGHTS_NAME, hf_kwargs)
+            mlp_file = _saved_file(path, MLP_WEIGHTS_NAME, is_local, hf_kwargs)
             if mlp_file is not None and mlp_file.is_file():
                 from safetensors.torch import load_file
 
@@ -477,6 +484,9 @@ class SavedFolder:
                 logger.warning("%s has no MLP weights for pooler 'cls'; the MLP is randomly initialised", path)
         if cfg is not None and cfg.get("prompts"):
             model.set_prompts(cfg["prompts"], cfg.get("default_prompt_name"))
+        if cfg is not None:  # the dense head, unit length, truncate_dim
+            weights = _saved_file(path, DENSE_WEIGHTS_NAME, is_local, hf_kwargs) if cfg.get("dense") else None
+            apply_recorded_pipeline(model, cfg, weights, str(Path(path) / SIMCSE_CONFIG_NAME))
         if pipeline is not None:
             apply_st_pipeline(model, pipeline, path)
         return model
@@ -505,11 +515,11 @@ class SavedFolder:
         return chosen
 
     def load_weights(self, path: str | os.PathLike) -> None:
-        """Load encoder and MLP weights saved by :meth:`save_pretrained` into this model, in place; with an
-        attached MLM head (``do_mlm``) also the head's weights when the folder has them (training checkpoints).
+        """Load encoder, MLP and dense-head weights saved by :meth:`save_pretrained` into this model, in place; with
+        an attached MLM head (``do_mlm``) also the head's weights when the folder has them (training checkpoints).
 
         Raises:
-            FileNotFoundError: no weights, or no MLP file for pooler ``cls``. ValueError: an incomplete head file.
+            FileNotFoundError: no weights, or no MLP / dense-head file the model needs. ValueError: an incomplete head file.
         """
         from safetensors.torch import load_file
 
@@ -521,6 +531,7 @@ class SavedFolder:
             if not mlp_file.is_file():
                 raise FileNotFoundError(f"{mlp_file} is missing: the checkpoint has no MLP for pooler 'cls'")
             self.mlp.load_state_dict(load_file(str(mlp_file)))
+        load_dense_weights(self, Path(path))
         head_file = Path(path) / MLM_HEAD_WEIGHTS_NAME
         if getattr(self, "mlm_head", None) is not None and head_file.is_file():  # a checkpoint of a do_mlm run
             state = load_file(str(head_file))

@@ -28,6 +28,7 @@ from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFI
                                   quiet_transformers_bars)
 from simcse.models.checkpointing import ActivationCheckpointing
 from simcse.models.decoder import is_bidirectional, is_decoder_config
+from simcse.models.after_pooling import AfterPooling
 from simcse.models.inference import Encoding
 from simcse.models.pooling import PROMPT_POOLERS, MLPHead, get_pooler
 from simcse.models.prompt import PromptConfig, Prompting, prompt_forward
@@ -58,7 +59,7 @@ def quiet_load_report():
     finally:
         hf_logging.set_verbosity(previous)
 
-class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.Module):
+class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, AfterPooling, nn.Module):
     """Encoder + pooler mapping token ids to sentence embeddings.
 
     Args:
@@ -75,13 +76,15 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
             (sentence-transformers' ``Pooling(include_prompt=False)``, :mod:`simcse.models.prompt_pooling`);
             ``ValueError`` with a pooler that is not a mean.
 
-    ``forward`` returns (N, H) embeddings in the encoder's dtype; dropout is whatever ``self.training`` says.
+    ``forward`` returns (N, D) embeddings in the encoder's dtype, D = :attr:`hidden_size` (H; k*H for k poolers
+    concatenated; a dense head's size: :mod:`simcse.models.after_pooling`); dropout is whatever ``self.training`` says.
     """
 
     def __init__(self, encoder: nn.Module, pooler_type: str = "cls", mlp_only_train: bool = False, tokenizer=None,
                  hf_pooler: nn.Module | None = None, prompt: PromptConfig | dict | None = None,
                  include_prompt: bool = True):
         super().__init__()
+        self.dense_head = nn.ModuleList()  # Linear(+activation) layers after pooling (set_dense_head)
         self.prompt: PromptConfig | None = None
         self._bound = None
         # The encoder's own pooler, detached (see _load_encoder); kept in a list so it is not a submodule.
@@ -160,10 +163,6 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         return self.pooler_type
 
     @property
-    def hidden_size(self) -> int:
-        return self.encoder.config.hidden_size
-
-    @property
     def max_input_tokens(self) -> int:
         """The longest input (tokens) the encoder takes: its position table (less RoBERTa's padding offset)
         and the tokenizer's ``model_max_length``, whichever is smaller."""
@@ -210,10 +209,8 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
             )
             last, hidden = out.last_hidden_state, out.hidden_states
         if self.pooler.name not in PROMPT_POOLERS:
-            pooled = self.pooler.fn(last, self.pooling_mask(attention_mask, prompt_length), hidden)  # (N, H)
-        if self.mlp is not None and (self.training or not self.mlp_only_train):
-            pooled = self.mlp(pooled)
-        return pooled
+            pooled = self.pooler.fn(last, self.pooling_mask(attention_mask, prompt_length), hidden)  # (N, k*H)
+        return self._after_pooling(pooled)
 
     def pooling_mask(self, attention_mask: torch.Tensor, prompt_length=None) -> torch.Tensor:
         """The (N, L) mask the pooler averages over: ``attention_mask``, less each row's first ``prompt_length``
@@ -228,8 +225,8 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
 
         ``layers`` index the encoder's ``hidden_states`` (0 the embedding output, ``n_layers`` the last layer).
         Each layer's token states go through this model's pooler (and, as in :meth:`forward`, the ``cls`` MLP
-        while training), as sentence-transformers' ``AdaptiveLayerLoss`` pools every layer with the model's
-        Pooling module. One encoder pass (padded, ``output_hidden_states``), with gradients.
+        while training, then the dense head), as sentence-transformers' ``AdaptiveLayerLoss`` runs every layer
+        through the model's modules after the Transformer. One encoder pass (padded, ``output_hidden_states``), with gradients.
 
         Raises:
             ValueError: a layer outside ``0..n_layers``.
@@ -243,10 +240,7 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, nn.
         pooled = []
         pool_mask = self.pooling_mask(attention_mask, prompt_length)
         for i in layers:
-            p = self.pooler.fn(hidden[i], pool_mask, hidden)
-            if self.mlp is not None and (self.training or not self.mlp_only_train):
-                p = self.mlp(p)
-            pooled.append(p)
+            pooled.append(self._after_pooling(self.pooler.fn(hidden[i], pool_mask, hidden)))
         return torch.stack(pooled, dim=1)
 
     @property

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, perturbed_model
+from conftest import SENTENCES, perturbed_model, st_dense_model
 from simcse.interop.export import export_huggingface, export_sentence_transformers
 from simcse.models.modeling import SimCSEModel
 from simcse.retrieval.tool import SimCSE
@@ -65,6 +65,26 @@ def test_reexport_without_mlp_removes_stale_dense(tmp_path, tiny_bert_dir):
     export_sentence_transformers(model, tmp_path / "st")
     assert not (tmp_path / "st" / "2_Dense").exists()
     _assert_same(_st_encode(tmp_path / "st", SENTENCES)[0], model.encode(SENTENCES))
+
+
+def test_a_sentence_transformers_folder_with_dense_modules_exports_alike(tmp_path, tiny_bert_dir):
+    """A folder read from sentence-transformers with concatenated pooling, two Dense modules and Normalize exports
+    to sentence-transformers with those modules (same vectors); a plain HF export is refused in one line, as the
+    folder could not hold the Dense layers; a later export of a model without them leaves none behind."""
+    theirs = st_dense_model(tiny_bert_dir, tmp_path / "src").encode(SENTENCES)
+    model = SimCSEModel.from_pretrained(str(tmp_path / "src"))
+    out = export_sentence_transformers(model, tmp_path / "st")
+    again, st = _st_encode(out, SENTENCES)
+    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Dense", "Dense", "Normalize"]
+    _assert_same(again, theirs)
+    with pytest.raises(ValueError, match=r"applies 2 Dense layer\(s\) after pooling, which a plain HF folder cannot "
+                                         r"hold") as e:
+        export_huggingface(model, tmp_path / "hf")
+    assert "\n" not in str(e.value) and not (tmp_path / "hf").exists()
+    plain = _model(tiny_bert_dir, "avg")
+    export_sentence_transformers(plain, out)
+    assert not any((out / name).exists() for name in ("2_Dense", "3_Dense", "4_Normalize"))
+    _assert_same(_st_encode(out, SENTENCES)[0], plain.encode(SENTENCES))
 
 
 @pytest.mark.parametrize("pooler", ["avg_top2", "avg_first_last"])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SENTENCES, perturbed_model
+from conftest import SENTENCES, perturbed_model, st_dense_model
 from simcse import SimCSE
 from simcse.cli import main as cli_main
 
@@ -35,6 +35,17 @@ def test_onnx_fp32_matches_torch(tmp_path, request, arch, pooler, mlp_only_train
     got = ONNXEncoder(out, num_threads=1).encode(SENTENCES, batch_size=5)
     assert _cos(got, ours).min() > 0.9999
     np.testing.assert_allclose(got, ours, rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_of_a_sentence_transformers_folder_with_dense_modules_matches_it(tmp_path, tiny_bert_dir):
+    """The graph holds the concatenated pooling, both Dense layers and the Normalize step of the folder."""
+    theirs = st_dense_model(tiny_bert_dir, tmp_path / "src").encode(SENTENCES)
+    out = export_onnx(str(tmp_path / "src"), tmp_path / "onnx")
+    meta = json.loads((out / "onnx" / "simcse_onnx.json").read_text())
+    assert meta["pooler_type"] == "cls_before_pooler+max" and meta["hidden_size"] == 8 and meta["normalize"]
+    got = ONNXEncoder(out, num_threads=1).encode(SENTENCES, batch_size=5)
+    assert got.shape == theirs.shape and _cos(got, theirs).min() > 0.9999
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5)
 
 
 def test_onnx_int8_close_and_tool_backend(tmp_path, tiny_bert_dir):
