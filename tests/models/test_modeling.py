@@ -85,7 +85,7 @@ def test_load_errors(tmp_path):
         SimCSEModel.from_pretrained(str(tmp_path / "missing"))
     folder = make_tiny_model(tmp_path / "m", "bert")
     with pytest.raises(ValueError, match="unknown pooler_type"):
-        SimCSEModel.from_pretrained(str(folder), pooler_type="max")
+        SimCSEModel.from_pretrained(str(folder), pooler_type="mean")  # sentence-transformers' name; ours is avg
 
 
 # ------------------------------------------------------------------ a folder that cannot be the model it claims

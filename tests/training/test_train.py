@@ -45,7 +45,7 @@ _run_error = training_error
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--pooler_type", "max"], "unknown pooler_type 'max'"),
+    (["--pooler_type", "median"], "unknown pooler_type 'median'"),
     (["--temp", "0"], "--temp must be"),
     (["--temp", "-0.05"], "--temp must be"),
     (["--max_seq_length", "1"], "--max_seq_length must be"),
