@@ -199,9 +199,11 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
     """The pooler a local model folder records, as ``(pooler name, file it is read from)``, or None.
 
     * ``simcse_config.json`` (a folder saved by simcse): its ``pooler_type``.
-    * a sentence-transformers folder (``modules.json``: a Transformer, a Pooling and optionally a Normalize
-      module): ``1_Pooling/config.json``'s mean-tokens mode is ``avg``, its CLS-token mode
-      ``cls_before_pooler`` (the [CLS] vector without the BERT pooler), its last-token mode ``last_token``
+    * a sentence-transformers folder (``modules.json``: a Transformer, a Pooling, any Dense modules and optionally
+      a Normalize module): ``1_Pooling/config.json``'s mode read as :data:`simcse.models.st_files.ST_MODE_POOLERS`
+      says (mean -> ``avg``, cls -> ``cls_before_pooler``, the [CLS] vector without the BERT pooler, lasttoken ->
+      ``last_token``, max, weightedmean -> ``weighted_avg``, mean_sqrt_len_tokens -> ``avg_sqrt_len``), several
+      modes as those poolers joined by ``+`` (``cls_before_pooler+avg``)
       (:func:`simcse.models.st_files.read_st_pipeline`).
 
     A hub name or a folder with neither file gives None: nothing is guessed from the model's name (the
@@ -209,8 +211,8 @@ def recorded_pooler(folder) -> tuple[str, str] | None:
 
     Raises:
         ValueError: a sentence-transformers folder whose pipeline simcse cannot encode alike: a module other than
-            Transformer, Pooling and Normalize (``Dense``...), or Pooling modes with no simcse pooler (``max``,
-            ``weightedmean``, ``mean_sqrt_len_tokens``, several concatenated); the message names the module.
+            Transformer, Pooling, Dense and Normalize (``LayerNorm``...), a Dense module simcse does not apply, or a
+            Pooling mode sentence-transformers 6.2 does not have; the message names the module or file.
     """
     import json
     from pathlib import Path
