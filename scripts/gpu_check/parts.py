@@ -117,9 +117,19 @@ def part_a(out: Path, device: str, tiny: bool) -> dict:
                 outs.append(z.detach().float())
                 grads.append({k: p.grad.detach().float() for k, p in model.named_parameters() if p.grad is not None})
             record(f"padding-free = padded, {pooler}, {precision}, embeddings", _rel(outs[1], outs[0]), tol_out, also=on)
+            same_keys = on and grads[0].keys() == grads[1].keys()
+            if precision == "fp32":
+                exact = grads[0]
+            if precision == "bf16" and "max" in pooler.split("+"):
+                # max sends each dimension's gradient to one token; bf16 rounding flips near-ties between the two
+                # paths, so the paths are held to the same distance from the fp32 gradient instead of each other
+                got, want = _worst_grad(grads[1], exact, noise=1.0), _worst_grad(grads[0], exact, noise=1.0)
+                record(f"padding-free = padded, {pooler}, bf16, gradients' error from fp32 (worst tensor; tol: "
+                       f"1.5x padded's {want:.3g})", got, max(1.5 * want, tol_grad / 10), also=same_keys)
+                continue
             worst = _worst_grad(grads[1], grads[0], noise=tol_grad / 10)
             record(f"padding-free = padded, {pooler}, {precision}, gradients (worst tensor)", worst, tol_grad,
-                   also=on and grads[0].keys() == grads[1].keys())
+                   also=same_keys)
 
     # GradCache (4 chunks) against the plain step, fp32, dropout off
     model = SimCSEModel.from_pretrained(str(folder), pooler_type="cls").to(dev).eval()
