@@ -20,14 +20,16 @@ from pathlib import Path
 
 from scripts.benchmarks.common import add_model_option, add_busy_option, check_idle, int_at_least, run_train_worker
 
+_OFF = ["--padding_free", "false", "--cpu_dropout", "false", "--reuse_embedding_grad", "false"]
 DEFAULT_VARIANTS = {
-    # every speed option off: padded batch, transformers' SDPA attention, torch's dropout
-    "baseline": ["--padding_free", "false", "--cpu_dropout", "false"],
-    "baseline+eager_attention": ["--padding_free", "false", "--cpu_dropout", "false", "--attn_implementation", "eager"],
-    "baseline+pad_to_max_length": ["--padding_free", "false", "--cpu_dropout", "false", "--pad_to_max_length", "true"],
-    "baseline+padding_free": ["--cpu_dropout", "false"],
-    "default": [],                                    # padding-free forward + CPU dropout masks (as shipped)
-    "st": None,                                       # sentence-transformers, for reference
+    # every speed option off: padded batch, transformers' SDPA attention, torch's dropout, nn.Embedding's gradient
+    "baseline": _OFF,
+    "baseline+eager_attention": [*_OFF, "--attn_implementation", "eager"],
+    "baseline+pad_to_max_length": [*_OFF, "--pad_to_max_length", "true"],
+    "baseline+padding_free": ["--cpu_dropout", "false", "--reuse_embedding_grad", "false"],
+    "baseline+padding_free+cpu_dropout": ["--reuse_embedding_grad", "false"],
+    "default": [],            # padding-free forward + CPU dropout masks + the reused embedding gradient (as shipped)
+    "st": None,               # sentence-transformers, for reference
 }
 
 

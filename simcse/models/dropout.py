@@ -15,9 +15,9 @@ from torch import nn
 def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
     """A CPU dropout keep-mask drawn at half the random-number cost of ``torch.bernoulli``.
 
-    Each 32-bit draw of the (Mersenne-twister, single-threaded) CPU generator is split into two 16-bit uniform
-    integers; an element is kept when its integer is at least ``round(p * 65536)`` (counted from the bottom of
-    the int16 range). Returns ``(mask, keep_scale)``: ``mask`` bool of ``shape``, ``keep_scale`` the inverted-dropout
+    The (Mersenne-twister, single-threaded) CPU generator's full-range 64-bit draws (two 32-bit outputs each,
+    none wasted) are split into four 16-bit uniform integers, two per 32-bit output; an element is kept when its
+    integer is at least ``round(p * 65536)`` (counted from the bottom of the int16 range). Returns ``(mask, keep_scale)``: ``mask`` bool of ``shape``, ``keep_scale`` the inverted-dropout
     factor ``1 / P(keep)`` for the quantised probability. The drop probability is ``round(p * 65536) / 65536``
     (p = 0.1 -> 0.1000061), so the masks follow the same Bernoulli law as ``torch.nn.functional.dropout`` up
     to that rounding; the stream of random numbers differs (the outputs are equal in distribution, not
@@ -31,7 +31,8 @@ def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Ge
         raise ValueError(f"dropout probability p must be in [0, 1); got {p}")
     n = math.prod(int(d) for d in shape)
     threshold = round(p * 65536)
-    words = torch.empty((n + 1) // 2, dtype=torch.int32).random_(-2**31, 2**31, generator=generator)
+    # full int64 range: one 64-bit draw per word (a 2**32-wide int32 range would spend a 64-bit draw on 32 bits)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2**63, None, generator=generator)
     mask = words.view(torch.int16)[:n].view(shape) >= (threshold - 32768)
     return mask, 65536.0 / (65536 - threshold)
 

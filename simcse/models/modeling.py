@@ -27,13 +27,13 @@ from simcse.models.dropout import (  # re-exported (see __all__): simcse.models.
 from simcse.models.folder import (FORMAT_VERSION, MLP_WEIGHTS_NAME, SIMCSE_CONFIG_NAME, SavedFolder, _check_tokenizer_fits,
                                   quiet_transformers_bars)
 from simcse.models.checkpointing import ActivationCheckpointing
-from simcse.models.decoder import is_bidirectional, is_decoder_config
 from simcse.models.after_pooling import AfterPooling
 from simcse.models.inference import Encoding
 from simcse.models.pooling import PROMPT_POOLERS, MLPHead, get_pooler
 from simcse.models.prompt import PromptConfig, Prompting, prompt_forward
 from simcse.models.prompt_pooling import check_include_prompt, exclude_prompt
-from simcse.models.unpadded import UNPADDED_ATTENTION, encode_unpadded, register_unpadded_attention
+from simcse.models.speed_switches import SpeedSwitches
+from simcse.models.unpadded import UNPADDED_ATTENTION
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def quiet_load_report():
     finally:
         hf_logging.set_verbosity(previous)
 
-class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, AfterPooling, nn.Module):
+class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, AfterPooling, SpeedSwitches, nn.Module):
     """Encoder + pooler mapping token ids to sentence embeddings.
 
     Args:
@@ -247,88 +247,5 @@ class SimCSEModel(SavedFolder, Encoding, Prompting, ActivationCheckpointing, Aft
     def num_hidden_layers(self) -> int:
         """The encoder's transformer layers (its ``hidden_states`` count is one more)."""
         return int(self.encoder.config.num_hidden_layers)
-
-    # ------------------------------------------------------------------------------ padding-free forward
-    def _encode_unpadded(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **encoder_kwargs):
-        """:func:`simcse.models.unpadded.encode_unpadded` of this model's encoder -> ((N, L, H), hidden states or None)."""
-        return encode_unpadded(self.encoder, input_ids, attention_mask, self.pooler.needs_hidden_states, **encoder_kwargs)
-
-    def set_unpadded(self, enabled: bool = True) -> bool:
-        """Turn the padding-free ("unpadded") encoder forward on or off; returns whether it is on.
-
-        On, :meth:`forward` drops the padding tokens of the batch before the encoder, so embeddings, linear
-        layers, LayerNorm and dropout cost the real tokens only (the share of real tokens and the timings are in
-        docs/performance.md); attention runs per sentence. Outputs equal the padded forward up to float
-        rounding (dropout draws its masks over the real tokens only: same distribution, different stream).
-        Turning it on checks that on a small batch, in eval mode; an encoder that does not route attention
-        through transformers' attention-function registry (or numbers positions differently) fails the check,
-        and then a warning is logged and the padded forward is kept (returns False); a causal decoder keeps it too.
-        """
-        config = self.encoder.config
-        if not enabled:
-            if self.unpadded:
-                config._attn_implementation = self._padded_attn_implementation
-            self.unpadded = False
-            return False
-        if self.unpadded:
-            return True
-        if is_decoder_config(config) and not is_bidirectional(config):  # the per-sentence attention is bidirectional
-            logger.info("padding-free forward: not used with causal attention (the padded forward runs)")
-            return False
-        register_unpadded_attention()
-        self._padded_attn_implementation = config._attn_implementation
-        config._attn_implementation = UNPADDED_ATTENTION
-        self.unpadded = True
-        problem = self._check_unpadded()
-        if problem is not None:
-            self.set_unpadded(False)
-            logger.warning("padding-free forward is off for this %s encoder: %s", type(self.encoder).__name__, problem)
-        return self.unpadded
-
-    def set_cpu_dropout(self, enabled: bool = True) -> int:
-        """Swap every ``nn.Dropout`` module of this model to :class:`CPUDropout` (``enabled``) or back.
-
-        Training-mode dropout on CPU then draws its masks at half the random-number cost (:func:`keep_mask`);
-        the attention-probability dropout of the padding-free forward follows the same switch. Same dropout
-        law (p rounded to 1/65536), different random stream; eval mode and non-CPU devices are unaffected.
-        Returns the number of modules switched.
-        """
-        src, dst = (nn.Dropout, CPUDropout) if enabled else (CPUDropout, nn.Dropout)
-        switched = 0
-        for m in self.modules():
-            if type(m) is src:
-                m.__class__ = dst
-                switched += 1
-        return switched
-
-    def _check_unpadded(self) -> str | None:
-        """None when the unpadded forward equals the padded one on a small random batch, else why not."""
-        config = self.encoder.config
-        vocab = int(getattr(config, "vocab_size", 100) or 100)
-        pad = getattr(config, "pad_token_id", None)
-        pad = 0 if pad is None else int(pad)
-        gen = torch.Generator().manual_seed(0)
-        lengths = [7, 4, 2]
-        ids = torch.randint(min(vocab, 1000), (len(lengths), max(lengths)), generator=gen)
-        ids[ids == pad] = (pad + 1) % vocab
-        mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
-        ids = ids.masked_fill(mask == 0, pad).to(self.device)
-        mask = mask.to(self.device)
-        was_training = self.training
-        self.eval()
-        try:
-            with torch.no_grad():
-                got, _ = self._encode_unpadded(ids, mask)
-                self.unpadded = False
-                ref = self.encoder(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
-        except Exception as e:  # an architecture whose forward does not take packed inputs
-            return f"{type(e).__name__}: {e}"
-        finally:
-            self.unpadded = True
-            self.train(was_training)
-        keep = mask.bool()
-        err = (got[keep].float() - ref[keep].float()).abs().max().item()
-        tol = 1e-3 * (1.0 + ref[keep].float().abs().max().item())
-        return None if err <= tol else f"its outputs differ from the padded forward by {err:.3g} (> {tol:.3g})"
 
 

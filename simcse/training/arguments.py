@@ -91,6 +91,12 @@ class ModelArguments:
         metadata={"help": "On CPU, draw dropout masks at half the random-number cost (SimCSEModel.set_cpu_dropout): "
                           "same dropout law (p rounded to 1/65536), different random stream. No effect on GPUs."},
     )
+    reuse_embedding_grad: bool = field(
+        default=True,
+        metadata={"help": "Write the word embeddings' gradient into one tensor kept between steps, touching only "
+                          "the batch's token rows (SimCSEModel.set_reused_embedding_grad), instead of a fresh "
+                          "zero-filled (vocab, hidden) tensor every step. Same gradient values."},
+    )
     attn_implementation: str | None = field(
         default=None,
         metadata={"help": "transformers attention kernel of the padded forward: 'sdpa' (transformers' default "

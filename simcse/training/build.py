@@ -226,6 +226,8 @@ def build(model_args, data_args, training_args, run_command: str | None = None):
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         logger.info("LoRA r=%d: %d trainable parameters of %d", model_args.lora_r, trainable,
                     sum(p.numel() for p in model.parameters()))
+    if model_args.reuse_embedding_grad and model.set_reused_embedding_grad(True):
+        logger.info("word-embedding gradient kept between steps (simcse.models.embedding_grad): on")
     if model_args.cpu_dropout:
         logger.info("CPU dropout masks (simcse.models.dropout.keep_mask): on for %d dropout modules", model.set_cpu_dropout(True))
     if data_args.no_hard_negatives and "hard_neg" in columns:

@@ -20,10 +20,23 @@ def test_keep_mask_follows_the_bernoulli_law(p):
     assert abs(rate - (1 - p)) < 4 * (p * (1 - p) / n) ** 0.5, rate
     q = round(p * 65536) / 65536
     assert scale == pytest.approx(1 / (1 - q))
-    # neighbouring elements (the two halves of one 32-bit draw) are not correlated
-    pairs = mask[: n // 2 * 2].view(-1, 2).float()
-    corr = torch.corrcoef(pairs.T)[0, 1].item()
-    assert abs(corr) < 0.01, corr
+    # the four elements of one 64-bit draw (two 32-bit outputs, two halves each) are not correlated, and each
+    # of the four lanes keeps at the same rate
+    lanes = mask[: n // 4 * 4].view(-1, 4).float()
+    corr = torch.corrcoef(lanes.T)
+    assert (corr - torch.eye(4)).abs().max().item() < 0.02, corr
+    m = lanes.shape[0]
+    assert ((lanes.mean(0) - (1 - p)).abs() < 4 * (p * (1 - p) / m) ** 0.5).all(), lanes.mean(0)
+
+
+@pytest.mark.parametrize("n", [4096, 4093])
+def test_keep_mask_spends_half_a_generator_output_per_element(n):
+    """n elements take ceil(n / 4) 64-bit draws = 2 * ceil(n / 4) 32-bit outputs of the Mersenne twister, the
+    same generator state as drawing that many 31-bit integers (one output each)."""
+    a, b = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    modeling.keep_mask((n,), 0.1, generator=a)
+    torch.empty(2 * ((n + 3) // 4), dtype=torch.int32).random_(generator=b)
+    assert torch.equal(a.get_state(), b.get_state())
 
 
 def test_cpu_dropout_matches_torch_dropout_in_law_and_gradient():

@@ -180,3 +180,15 @@ def test_gemm_isa_on_this_cpu_names_a_bf16_kernel():
     assert isa["bf16"] and isa["bf16"].startswith("oneDNN ") and isa["fp32"]
     c = {"fp32": {"model": 1e11, "square": 2e11}, "bf16": {"model": 3e11, "square": 4e11}}
     assert format_ceiling(c, isa).endswith(f"[fp32 on {isa['fp32']}, bf16 on {isa['bf16']}]")
+
+
+def test_mfu_goal_follows_the_kernel_the_ceiling_ran_on():
+    """The issue's goals: bf16 45% on AMX tiles, 60% on AVX512-BF16 (and when the kernel is unknown); fp32 60%."""
+    from scripts.benchmarks.train import mfu_goal
+
+    amx = {"bf16": "oneDNN brg_matmul:avx512_core_amx", "fp32": "MKL SGEMM"}
+    avx = {"bf16": "oneDNN brg_matmul:avx512_core_bf16", "fp32": "MKL SGEMM"}
+    assert mfu_goal("bf16", amx) == (0.45, "AMX: oneDNN brg_matmul:avx512_core_amx")
+    assert mfu_goal("bf16", avx) == (0.60, "oneDNN brg_matmul:avx512_core_bf16")
+    assert mfu_goal("fp32", amx) == (0.60, "MKL SGEMM")
+    assert mfu_goal("bf16", {}) == (0.60, "kernel not named")

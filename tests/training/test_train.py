@@ -133,6 +133,20 @@ def test_training_uses_cpu_dropout_by_default_and_can_turn_it_off(tmp_path, tiny
     assert not any(isinstance(m, modeling.CPUDropout) for m in off.model.modules())
 
 
+def test_training_reuses_the_embedding_gradient_by_default_and_trains_alike_without(tmp_path, tiny_bert_dir, train_txt):
+    """--reuse_embedding_grad (default on) swaps the word embeddings' class; with dropout 0 the losses of 6 steps
+    equal those of a run with it off (the same gradient up to the summation order of repeated tokens)."""
+    from simcse.models.embedding_grad import ReusedGradEmbedding
+
+    on_losses, on = _train_losses(tmp_path / "a", tiny_bert_dir, train_txt)
+    off_losses, off = _train_losses(tmp_path / "b", tiny_bert_dir, train_txt, "--reuse_embedding_grad", "false")
+    assert isinstance(on.model.encoder.get_input_embeddings(), ReusedGradEmbedding)
+    assert type(off.model.encoder.get_input_embeddings()) is torch.nn.Embedding
+    assert len(on_losses) == len(off_losses) == 6 and on_losses[-1] != on_losses[0]
+    for a, b in zip(on_losses, off_losses):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-7), (on_losses, off_losses)
+
+
 def _argv(model_dir, train_file, out, *extra):
     return ["--model_name_or_path", str(model_dir), "--train_file", str(train_file), "--output_dir", str(out),
             "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--max_steps", "15",
