@@ -12,6 +12,9 @@ words, a fixed seed), unless ``--data`` gives a text file. For every batch size 
 ``--max-seq-length`` 32, bf16 by default, the HF Trainer loop on both sides):
 
 * ``ours``: our trainer with its default padding-free forward;
+* ``compiled``: the same with ``--torch_compile true``: the work around the matrix products (bias + GELU, dropout +
+  residual + LayerNorm, the autocast casts) fused by inductor, against ``ours`` run eagerly (compile time falls in
+  the warm-up steps; a new token count may compile again);
 * ``padded``: our trainer with ``--padding_free false`` (every padded position computed);
 * ``st``: sentence-transformers' ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss``.
 
@@ -41,13 +44,14 @@ from simcse.files.storage import write_text_atomic
 from simcse.models.testing import WORDS, tiny_encoder
 from simcse.research.flops import encoder_shape, model_flops
 
-LABEL = {"ours": "simcse padding-free", "padded": "simcse padded", "st": "sentence-transformers"}
+LABEL = {"ours": "simcse padding-free", "compiled": "simcse padding-free, torch.compile", "padded": "simcse padded",
+         "st": "sentence-transformers"}
 SHAPES = {
     "base": dict(layers=12, hidden=768, heads=12, intermediate=3072),
     "tiny": dict(layers=2, hidden=64, heads=4, intermediate=128),
 }
-VARIANTS = {"ours": ["--side", "ours"], "padded": ["--side", "ours", "--ours-args", "--padding_free", "false"],
-            "st": ["--side", "st"]}
+VARIANTS = {"ours": ["--side", "ours"], "compiled": ["--side", "ours", "--ours-args", "--torch_compile", "true"],
+            "padded": ["--side", "ours", "--ours-args", "--padding_free", "false"], "st": ["--side", "st"]}
 
 
 def make_model(folder: Path, shape: str) -> None:
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
             fields.append(f"{key}_sent_s={v['sent_s']:.1f} {key}_mfu={v['mfu']:.3f}")
         if "ours" in by_variant and "st" in by_variant:
             fields.append(f"batch{b}_speedup_vs_st={by_variant['st']['s_step'] / by_variant['ours']['s_step']:.2f}")
+        if "ours" in by_variant and "compiled" in by_variant:
+            fields.append(f"batch{b}_compiled_vs_eager={by_variant['ours']['s_step'] / by_variant['compiled']['s_step']:.2f}")
     print(f"gpu_train device={name.replace(' ', '_')} precision={args.precision} {' '.join(fields)}")
     return result
 

@@ -168,6 +168,8 @@ def last_line(report: dict) -> str:
             fields.append(f"batch{batch}_speedup_vs_st={by_variant['st']['s_step'] / by_variant['ours']['s_step']:.2f}")
         if "ours" in by_variant and "padded" in by_variant:
             fields.append(f"batch{batch}_speedup_vs_padded={by_variant['padded']['s_step'] / by_variant['ours']['s_step']:.2f}")
+        if "ours" in by_variant and "compiled" in by_variant:
+            fields.append(f"batch{batch}_compiled_vs_eager={by_variant['ours']['s_step'] / by_variant['compiled']['s_step']:.2f}")
     c = parts.get("c", {})
     fields.append(f"c={_token(c.get('status', 'not_run'))}")
     pt = c.get("stages", {}).get("pretrain")

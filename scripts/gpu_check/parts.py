@@ -186,7 +186,7 @@ def part_b(out: Path, device: str, tiny: bool, deadline: float) -> dict:
         argv = ["--device", device, "--shape", "tiny", "--batch-sizes", "4", "--warmup", "1", "--steps", "1", "--threads", "1"]
     else:
         argv = ["--device", device, "--shape", "base", "--batch-sizes", "64,512", "--warmup", "3", "--steps", "10",
-                "--threads", "4"]
+                "--threads", "4", "--variants", "ours,compiled,padded,st"]
     cmd = [sys.executable, "-m", "scripts.benchmarks.gpu", *argv, "--json", str(bench)]
     result = {"status": "running", "command": " ".join(["python -m scripts.benchmarks.gpu", *argv]), "bench_json": str(bench)}
     _write_json(out / "part_b.json", result)

@@ -35,3 +35,20 @@ def test_gpu_benchmark_script_runs_on_cpu_as_a_smoke_test(capsys):
     assert last.startswith("gpu_train device=cpu precision=bf16 batch4_sent_s=") and "batch8_mfu=" in last
     sentences = mod.synthetic_sentences(50)
     assert len(set(sentences)) == 50 and all(10 <= len(s.split()) - 2 <= 40 for s in sentences)
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_times_the_compiled_path_against_the_eager_one(capsys):
+    """The GPU check's fused-path row: ``compiled`` (--torch_compile true) beside ``ours`` (eager), one worker
+    each; the last line carries their ratio, as the check's own last line does."""
+    from scripts.gpu_check.check import last_line
+
+    out = gpu_benchmark.main(["--device", "cpu", "--shape", "tiny", "--batch-sizes", "4", "--warmup", "1",
+                              "--steps", "1", "--threads", "1", "--variants", "ours,compiled"])
+    rows = out["variants"][4]
+    assert set(rows) == {"ours", "compiled"} and all(r["sent_s"] > 0 for r in rows.values())
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    ratio = rows["ours"]["s_step"] / rows["compiled"]["s_step"]
+    assert f"batch4_compiled_vs_eager={ratio:.2f}" in last
+    report = {"parts": {"b": {"status": "ok", "bench": out}}}
+    assert f"batch4_compiled_vs_eager={ratio:.2f}" in last_line(report)
