@@ -1,7 +1,7 @@
 """Dropout for SimCSE's ablations and CPU speed: cheaper CPU dropout masks, and setting a config's dropout.
 
-``keep_mask`` / ``cpu_dropout`` / ``CPUDropout`` draw training-mode dropout masks on CPU at half the random-number
-cost of ``torch.bernoulli`` (docs/performance.md); ``set_config_dropout`` / ``encoder_config_with_dropout`` set
+``keep_mask`` / ``cpu_dropout`` / ``CPUDropout`` draw training-mode dropout masks on CPU from half a 32-bit
+random output per element (docs/performance.md); ``set_config_dropout`` / ``encoder_config_with_dropout`` set
 every dropout probability of an HF config before the model is built (paper Table 3, docs/ablations.md).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import nn
 
 
 def keep_mask(shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
-    """A CPU dropout keep-mask drawn at half the random-number cost of ``torch.bernoulli``.
+    """A CPU dropout keep-mask drawn from half a 32-bit output of the CPU generator per element.
 
     The (Mersenne-twister, single-threaded) CPU generator's full-range 64-bit draws (two 32-bit outputs each,
     none wasted) are split into four 16-bit uniform integers, two per 32-bit output; an element is kept when its
@@ -41,7 +41,7 @@ def cpu_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Inverted dropout of ``x`` (any shape, float dtype) with a :func:`keep_mask` mask; training mode only.
 
     Same law as ``torch.nn.functional.dropout(x, p, training=True)`` (see :func:`keep_mask` for the rounding of
-    ``p``), with half as many random draws on CPU (timings in docs/performance.md). Off CPU it *is*
+    ``p``), with fewer random draws on CPU (timings in docs/performance.md). Off CPU it *is*
     ``torch.nn.functional.dropout``.
     """
     if p == 0.0:

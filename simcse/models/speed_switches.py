@@ -60,7 +60,7 @@ class SpeedSwitches:
     def set_cpu_dropout(self, enabled: bool = True) -> int:
         """Swap every ``nn.Dropout`` module of this model to :class:`CPUDropout` (``enabled``) or back.
 
-        Training-mode dropout on CPU then draws its masks at half the random-number cost (:func:`keep_mask`);
+        Training-mode dropout on CPU then draws its masks from half a 32-bit random output per element (:func:`keep_mask`);
         the attention-probability dropout of the padding-free forward follows the same switch. Same dropout
         law (p rounded to 1/65536), different random stream; eval mode and non-CPU devices are unaffected.
         Returns the number of modules switched.

@@ -88,7 +88,7 @@ class ModelArguments:
     )
     cpu_dropout: bool = field(
         default=True,
-        metadata={"help": "On CPU, draw dropout masks at half the random-number cost (SimCSEModel.set_cpu_dropout): "
+        metadata={"help": "On CPU, draw dropout masks from half a 32-bit random output per element (SimCSEModel.set_cpu_dropout): "
                           "same dropout law (p rounded to 1/65536), different random stream. No effect on GPUs."},
     )
     reuse_embedding_grad: bool = field(

@@ -313,7 +313,7 @@ def test_default_paths_are_in_this_checkout():
     args = G._parser().parse_args([])
     assert args.bundle_dir == REPO / "gpu_bundle" and args.out == REPO / "gpu_check_out"
     assert args.budget_s is None and args.caps == ""  # main applies BUDGET_S and CAPS
-    assert (G.BUDGET_S, G.CAPS) == (540.0, {"a": 45.0, "b": 170.0, "c": 300.0})
+    assert (G.BUDGET_S, G.CAPS) == (540.0, {"a": 45.0, "b": 230.0, "c": 240.0})
 
 
 @pytest.mark.parametrize("text, match", [("d=3", "PART=SECONDS"), ("a3", "PART=SECONDS"), ("a=x", "not a number"),
