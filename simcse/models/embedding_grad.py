@@ -10,9 +10,10 @@ a bf16 training step (docs/performance.md, "Where the time goes").
 gradient without it: its backward keeps the tensor between steps and, when nothing else holds it any more (the
 previous ``.grad`` was dropped), sets back to zero only the rows it wrote last time before adding the new rows.
 Autograd gets a dense tensor as before, so everything downstream is unchanged: gradient accumulation, a weight
-tied to an MLM decoder, DDP's reduction hooks, clipping and the optimizer. While the kept tensor is still
-referenced (a second backward within one step, a ``.grad`` someone keeps) a fresh zero tensor is used, as
-``nn.Embedding`` does. The values are those of ``nn.Embedding``'s backward up to the summation order of a token
+tied to an MLM decoder, clipping and the optimizer. While the kept tensor is still referenced (a second backward
+within one step, a ``.grad`` someone keeps), and in a process group of more than one process (DDP writes the
+averaged gradient, every process's rows, back into ``.grad``), a fresh zero tensor is used, as ``nn.Embedding``
+does. The values are those of ``nn.Embedding``'s backward up to the summation order of a token
 repeated in the batch.
 """
 from __future__ import annotations
@@ -28,6 +29,12 @@ def _storage_references(t: torch.Tensor) -> int:
 
 
 _ALONE = _storage_references(torch.zeros(1))  # the count of a storage held by one tensor only, as read above
+
+
+def _several_processes() -> bool:
+    """True inside a torch.distributed group of more than one process."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 class _LookupReusingGrad(torch.autograd.Function):
@@ -52,8 +59,10 @@ class _LookupReusingGrad(torch.autograd.Function):
         state = owner.__dict__.setdefault("_reused_grad", {"kept": None, "written": None})
         kept = state["kept"]
         if (kept is None or kept.shape != weight.shape or kept.dtype != weight.dtype or kept.device != weight.device
-                or _ALONE == 0 or _storage_references(kept) > _ALONE):
-            kept = torch.zeros_like(weight, memory_format=torch.contiguous_format)  # first step, or still held
+                or _ALONE == 0 or _storage_references(kept) > _ALONE or _several_processes()):
+            # first step, still held, or several processes: DDP writes the averaged gradient (every process's
+            # rows) back into .grad in place, so the rows to clear are no longer the ones written here
+            kept = torch.zeros_like(weight, memory_format=torch.contiguous_format)
         elif state["written"] is not None:
             kept.index_fill_(0, state["written"], 0)
         kept.index_add_(0, ids, grad.to(kept.dtype))

@@ -95,7 +95,8 @@ class ModelArguments:
         default=True,
         metadata={"help": "Write the word embeddings' gradient into one tensor kept between steps, touching only "
                           "the batch's token rows (SimCSEModel.set_reused_embedding_grad), instead of a fresh "
-                          "zero-filled (vocab, hidden) tensor every step. Same gradient values."},
+                          "zero-filled (vocab, hidden) tensor every step. Same gradient values. No gain in multi-process runs, "
+                          "where DDP writes every process's rows into the gradient (a fresh tensor is used there)."},
     )
     attn_implementation: str | None = field(
         default=None,

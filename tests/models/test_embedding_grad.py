@@ -107,3 +107,41 @@ def test_simcse_model_switch_trains_to_the_same_gradients(tiny_bert_dir):
             torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-7, msg=k)
     assert models[1].set_reused_embedding_grad(False) is False
     assert type(models[1].encoder.get_input_embeddings()) is nn.Embedding
+
+
+def _ddp_worker(rank: int, port: int, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.set_num_threads(1)
+        ref, ours = _pair()
+        models = [DDP(ref), DDP(ours)]
+        opts = [torch.optim.AdamW(m.parameters(), lr=0.1) for m in models]
+        gen = torch.Generator().manual_seed(10 + rank)  # each process its own tokens
+        worst = 0.0
+        for step in range(4):
+            ids = torch.randint(1, 50, (3, 4), generator=gen)
+            for m in models:
+                (m(ids) ** 2).sum().backward()
+            worst = max(worst, float((ours.weight.grad - ref.weight.grad).abs().max()))
+            for o in opts:
+                o.step()
+                o.zero_grad(set_to_none=True)
+        torch.save(worst, os.path.join(out, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ddp_processes_get_nn_embedding_gradients(tmp_path):
+    """Under DDP (two gloo processes, different tokens each) the averaged gradient, every process's rows, is written
+    back into .grad: each step's gradient still equals nn.Embedding's under DDP."""
+    from conftest import free_port, run_processes
+
+    run_processes(_ddp_worker, (free_port(), str(tmp_path)), 2, timeout_s=300)
+    for rank in range(2):
+        assert torch.load(tmp_path / f"rank{rank}.pt") < 1e-6
