@@ -58,8 +58,8 @@ class _LookupReusingGrad(torch.autograd.Function):
         weight = owner.weight
         state = owner.__dict__.setdefault("_reused_grad", {"kept": None, "written": None})
         kept = state["kept"]
-        if (kept is None or kept.shape != weight.shape or kept.dtype != weight.dtype or kept.device != weight.device
-                or _ALONE == 0 or _storage_references(kept) > _ALONE or _several_processes()):
+        if (kept is None or _several_processes() or kept.shape != weight.shape or kept.dtype != weight.dtype
+                or kept.device != weight.device or _ALONE == 0 or _storage_references(kept) > _ALONE):
             # first step, still held, or several processes: DDP writes the averaged gradient (every process's
             # rows) back into .grad in place, so the rows to clear are no longer the ones written here
             kept = torch.zeros_like(weight, memory_format=torch.contiguous_format)
