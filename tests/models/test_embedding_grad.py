@@ -133,6 +133,8 @@ def _ddp_worker(rank: int, port: int, out: str) -> None:
                 o.step()
                 o.zero_grad(set_to_none=True)
         torch.save(worst, os.path.join(out, f"rank{rank}.pt"))
+        del models, opts  # DDP's reducers go before their process group does
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
