@@ -66,7 +66,7 @@ class _LookupReusingGrad(torch.autograd.Function):
         elif state["written"] is not None:
             kept.index_fill_(0, state["written"], 0)
         kept.index_add_(0, ids, grad.to(kept.dtype))
-        state["kept"], state["written"] = kept, ids.unique()
+        state["kept"], state["written"] = kept, ids  # index_fill_ takes repeated rows as they are
         return kept.view(kept.shape), None, None  # a view: autograd takes it as .grad without a copy
 
 
