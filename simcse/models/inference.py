@@ -16,6 +16,20 @@ from simcse.files.checks import check_int
 logger = logging.getLogger(__name__)
 
 
+def _drop_precision_wrapper(model: torch.nn.Module):
+    """Set aside accelerate's mixed-precision forward wrapper on ``model``, if any; return it (else None).
+
+    ``Accelerator.prepare`` (HF Trainer's, with ``--bf16``/``--fp16``) replaces the instance's ``forward`` by
+    an autocast-wrapped one and keeps the class's in ``_original_forward``; every later call of the model, an
+    evaluation included, would then run under bf16/fp16 autocast whatever the caller asked. The reference
+    SimCSE trainer scores its dev checkpoints in full precision (autocast only around the training step), and
+    a saved model encodes in full precision. The caller puts the returned wrapper back (``model.forward = w``).
+    """
+    if "_original_forward" not in model.__dict__ or "forward" not in model.__dict__:
+        return None
+    return model.__dict__.pop("forward")
+
+
 class Encoding:
     """``encode`` of :class:`simcse.SimCSEModel` (see the module)."""
 
@@ -85,7 +99,10 @@ class Encoding:
         from the list sorted by *token* length (:meth:`_padded_batch`), so a batch carries almost no padding.
         ``max_length`` truncates (tokens, special tokens included; capped at :attr:`max_input_tokens`, the
         encoder's position table); when any sentence is cut, one log warning (logger ``simcse.models.inference``) gives how many. ``dtype``
-        (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed. ``prompt`` (a text) or
+        (e.g. ``torch.bfloat16``) runs the encoder under autocast for speed; without it the encoder runs in the
+        model's own precision, also on a model an HF Trainer / accelerate has prepared for mixed precision (whose
+        autocast forward wrapper is set aside while encoding, :func:`_drop_precision_wrapper`): the dev and test
+        evaluations inside training score the model as it encodes once saved. ``prompt`` (a text) or
         ``prompt_name`` (one of :attr:`prompts`) is prefixed to every sentence; without either, the model's
         default prompt (:attr:`default_prompt_name`, e.g. the query instruction it was trained with) is; a model
         with ``include_prompt`` False leaves the prompt's tokens out of its mean
@@ -128,6 +145,7 @@ class Encoding:
         dev = self.device
         was_training = self.training
         self.eval()
+        wrapper = _drop_precision_wrapper(self)
         try:
             for start in starts:
                 idx = order[start : start + batch_size]
@@ -139,6 +157,8 @@ class Encoding:
                 emb = truncate_embeddings(emb, dim, normalize=normalize)  # (B, D)
                 out[idx] = emb.cpu().numpy()
         finally:
+            if wrapper is not None:
+                self.forward = wrapper
             self.train(was_training)
         return out
 
