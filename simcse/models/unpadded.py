@@ -166,17 +166,20 @@ def _attention_buckets(keep: torch.Tensor, max_buckets: int = 4) -> tuple[list[t
 def _attention_core(query, key, value, key_mask, dropout: float, scaling: float | None, fast_dropout: bool = False):
     """softmax(q k^T * scaling, keys masked by ``key_mask``) -> dropout -> @ v, for (N, h, L, d) tensors.
 
-    On CPU with dropout, plain matmul / softmax / dropout (as transformers' eager attention): torch's SDPA
-    has no fused CPU kernel with dropout, and its fallback spends more on mask handling (timings in
-    docs/performance.md). Otherwise SDPA (its fused kernels).
+    On CPU, plain matmul / softmax / dropout (as transformers' eager attention): torch's SDPA has no fused CPU
+    kernel with dropout, and its fallback spends more on mask handling; without dropout (evaluation) its flash
+    kernel is slower than the plain products at these short, bucket-padded lengths (timings in
+    docs/performance.md). Elsewhere SDPA (its fused kernels).
     """
-    if dropout > 0 and query.device.type == "cpu":
+    if query.device.type == "cpu":
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         scores = torch.matmul(query, key.transpose(-1, -2)) * scale
         scores = scores.masked_fill_(~key_mask, torch.finfo(scores.dtype).min)  # in place: scores is a fresh tensor
-        probs = torch.softmax(scores, dim=-1)
-        probs = cpu_dropout(probs, dropout) if fast_dropout else torch.nn.functional.dropout(probs, p=dropout, training=True)
-        return torch.matmul(probs, value)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)  # (a bf16 softmax costs more on CPU)
+        if dropout > 0:
+            probs = cpu_dropout(probs, dropout) if fast_dropout else torch.nn.functional.dropout(probs, p=dropout,
+                                                                                                 training=True)
+        return torch.matmul(probs.to(value.dtype), value)
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, dropout_p=dropout,
                                                             scale=scaling)
 
