@@ -175,7 +175,8 @@ def _attention_core(query, key, value, key_mask, dropout: float, scaling: float 
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         scores = torch.matmul(query, key.transpose(-1, -2)) * scale
         scores = scores.masked_fill_(~key_mask, torch.finfo(scores.dtype).min)  # in place: scores is a fresh tensor
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)  # (a bf16 softmax costs more on CPU)
+        # bf16/fp16 scores give float32 probabilities (a bf16 softmax costs more on CPU); float64 stays float64
+        probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
         if dropout > 0:
             probs = cpu_dropout(probs, dropout) if fast_dropout else torch.nn.functional.dropout(probs, p=dropout,
                                                                                                  training=True)

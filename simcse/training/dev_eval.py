@@ -20,6 +20,7 @@ def _parameter_versions(model) -> tuple:
     """Each parameter's identity and in-place version counter: equal tuples mean no weight changed in between."""
     return tuple((id(p), p._version) for p in model.parameters())
 
+
 @dataclass
 class STSDevSet:
     """Stand-in ``eval_dataset``: evaluation reads STS-B/SICK-R dev from ``data_dir`` (SentEval layout)."""
