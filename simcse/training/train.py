@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> dict:
     from simcse.training.gradcache import GradCacheError
 
     try:
-        return _run(trainer, argv, model_args, data_args, training_args)
+        results = _run(trainer, argv, model_args, data_args, training_args)
+        _close_process_group()
+        return results
     except GradCacheError as e:
         sys.exit(f"error: {e}")
     except WriteError as e:
@@ -192,6 +194,27 @@ def main(argv: list[str] | None = None) -> dict:
         hint = f"; the last complete checkpoint is kept; resume with: {resume_command(argv, last)}" if last else ""
         print(f"error: {e}{hint}", file=sys.stderr, flush=True)
         sys.exit(EXIT_WRITE_ERROR)
+
+
+def _close_process_group() -> None:
+    """Under torchrun: wait for every process at a barrier, then destroy the process group.
+
+    Without it a process that ends first closes its gloo connections while the others still hold theirs (the
+    main process is still evaluating and writing), and gloo may abort one of them at exit, so that torchrun
+    reports a finished run as failed. A barrier that fails (its timeout, ``--ddp_timeout``, passed) leaves the
+    group as it was: the process ends as it did without this.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.barrier()
+    except Exception as e:  # noqa: BLE001 -- ending anyway; say why the group was left open
+        print(f"[simcse] process group left open at exit: the barrier failed ({type(e).__name__}: {e})",
+              file=sys.stderr, flush=True)
+        return
+    dist.destroy_process_group()
 
 
 def _stopped_by_signal(trainer, argv, training_args) -> bool:
@@ -223,6 +246,7 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     started = time.time()
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if _stopped_by_signal(trainer, argv, training_args):
+        _close_process_group()
         sys.exit(EXIT_PREEMPTED)
     m = out.metrics
     examples_per_s = m.get("train_samples_per_second", 0.0)

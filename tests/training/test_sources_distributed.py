@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -38,9 +39,21 @@ def _worker(rank: int, port: int, base: str) -> None:
             "--report_to", "none", "--use_cpu", "true", "--ddp_backend", "gloo", "--dataloader_pin_memory", "false",
             "--eval_before_training", "false", "--test_after_training", "false", "--seed", "0",
             "--save_on_signal", "none"]
+    from simcse.training import train as train_mod
+
+    slow = {}
+    if rank == 0:  # the main process's own work after training (results, card) takes 3 s more here
+        real = train_mod._print_next_steps
+
+        def late(*a, **k):
+            time.sleep(3)
+            slow["done"] = time.time()
+            return real(*a, **k)
+        train_mod._print_next_steps = late
     trainer = run_training(argv, on_build=spy)
     with open(os.path.join(base, f"rank{rank}.json"), "w") as f:
-        json.dump({"seen": seen, "steps": trainer.state.global_step}, f)
+        json.dump({"seen": seen, "steps": trainer.state.global_step, "returned": time.time(),
+                   "main_done": slow.get("done"), "group_left": torch.distributed.is_initialized()}, f)
 
 
 @pytest.mark.slow
@@ -54,6 +67,8 @@ def test_two_gloo_processes_read_disjoint_parts_of_the_stream(tmp_path):
     run_processes(_worker, (free_port(), str(tmp_path)), WORLD, timeout_s=600)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert [r["steps"] for r in ranks] == [STEPS] * WORLD
+    # every process waits for the others before ending, and ends without a process group
+    assert ranks[1]["returned"] >= ranks[0]["main_done"] and not any(r["group_left"] for r in ranks)
     parts = [[tuple(ids) for ids in r["seen"]] for r in ranks]
     assert [len(p) for p in parts] == [STEPS * BATCH] * WORLD
     assert not set(parts[0]) & set(parts[1])  # disjoint
