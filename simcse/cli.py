@@ -202,9 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(argv: list[str]) -> int:
-    from simcse.training.train import main as train_main
+    from simcse.training.train import program
 
-    train_main(argv)
+    program(argv)
     return 0
 
 

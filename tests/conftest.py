@@ -127,8 +127,9 @@ def _one_torch_thread():
     torch.set_num_threads(n)
 
 
-def run_training(argv: list[str], on_build=None):
-    """Run ``simcse.training.train.main(argv)`` and return the ``SimCSETrainer`` it built.
+def run_training(argv: list[str], on_build=None, whole_process: bool = False):
+    """Run ``simcse.training.train.main(argv)`` (``program(argv)``, the command's whole process, with
+    ``whole_process``) and return the ``SimCSETrainer`` it built.
 
     ``on_build(trainer)``, when given, runs right after the trainer is built and before it trains (to attach
     hooks). ``simcse.training.train.build`` is restored afterwards, also when training raises.
@@ -146,7 +147,7 @@ def run_training(argv: list[str], on_build=None):
 
     train_mod.build = spy_build
     try:
-        train_mod.main(argv)
+        (train_mod.program if whole_process else train_mod.main)(argv)
     finally:
         train_mod.build = real_build
     return captured["trainer"]
@@ -464,12 +465,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _then_close_group(rank: int, worker, *args) -> None:
+    """``worker(rank, *args)``, then, when it left a process group, a barrier and the group destroyed: a process
+    that ends while another still holds its gloo connections can make gloo abort that one at exit."""
+    worker(rank, *args)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def run_processes(worker, args: tuple, nprocs: int, timeout_s: float) -> None:
     """Run ``worker(rank, *args)`` in ``nprocs`` spawned processes; fail when they take over ``timeout_s`` (the CPU is
-    shared) or one fails; the processes are killed on the way out."""
+    shared) or one fails; the processes are killed on the way out. A process group the workers leave is closed
+    (:func:`_then_close_group`)."""
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(worker, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    ctx = mp.start_processes(_then_close_group, args=(worker, *args), nprocs=nprocs, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=1):

@@ -184,9 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     from simcse.training.gradcache import GradCacheError
 
     try:
-        results = _run(trainer, argv, model_args, data_args, training_args)
-        _close_process_group()
-        return results
+        return _run(trainer, argv, model_args, data_args, training_args)
     except GradCacheError as e:
         sys.exit(f"error: {e}")
     except WriteError as e:
@@ -194,6 +192,24 @@ def main(argv: list[str] | None = None) -> dict:
         hint = f"; the last complete checkpoint is kept; resume with: {resume_command(argv, last)}" if last else ""
         print(f"error: {e}{hint}", file=sys.stderr, flush=True)
         sys.exit(EXIT_WRITE_ERROR)
+
+
+def program(argv: list[str] | None = None) -> dict:
+    """:func:`main` as a whole process (``scripts/train.py``, ``simcse train``): after a finished run or a stop by
+    signal (status 75), every process of a torchrun run waits for the others and the process group is destroyed
+    (:func:`_close_process_group`) before the process ends. A failing process leaves at once, as before (its peers
+    may be inside a collective: a barrier would hold them until its timeout). Called as a library function,
+    :func:`main` leaves the group open, so that a process may train again in it."""
+    from simcse.training.callbacks import EXIT_PREEMPTED
+
+    try:
+        results = main(argv)
+    except SystemExit as e:
+        if e.code == EXIT_PREEMPTED:
+            _close_process_group()
+        raise
+    _close_process_group()
+    return results
 
 
 def _close_process_group() -> None:
@@ -246,7 +262,6 @@ def _run(trainer, argv, model_args, data_args, training_args) -> dict:
     started = time.time()
     out = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if _stopped_by_signal(trainer, argv, training_args):
-        _close_process_group()
         sys.exit(EXIT_PREEMPTED)
     m = out.metrics
     examples_per_s = m.get("train_samples_per_second", 0.0)

@@ -50,7 +50,7 @@ def _worker(rank: int, port: int, base: str) -> None:
             slow["done"] = time.time()
             return real(*a, **k)
         train_mod._print_next_steps = late
-    trainer = run_training(argv, on_build=spy)
+    trainer = run_training(argv, on_build=spy, whole_process=True)  # as `simcse train` runs it
     with open(os.path.join(base, f"rank{rank}.json"), "w") as f:
         json.dump({"seen": seen, "steps": trainer.state.global_step, "returned": time.time(),
                    "main_done": slow.get("done"), "group_left": torch.distributed.is_initialized()}, f)
