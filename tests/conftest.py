@@ -466,14 +466,12 @@ def free_port() -> int:
 
 
 def _then_close_group(rank: int, worker, *args) -> None:
-    """``worker(rank, *args)``, then, when it left a process group, a barrier and the group destroyed: a process
-    that ends while another still holds its gloo connections can make gloo abort that one at exit."""
+    """``worker(rank, *args)``, then the process group it left closed as ``simcse train`` closes its own
+    (``simcse.training.train._close_process_group``: a barrier, then the group destroyed)."""
     worker(rank, *args)
-    import torch.distributed as dist
+    from simcse.training.train import _close_process_group
 
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    _close_process_group()
 
 
 def run_processes(worker, args: tuple, nprocs: int, timeout_s: float) -> None:
