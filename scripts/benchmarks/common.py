@@ -320,7 +320,10 @@ def mix_rate(rates: dict[tuple[int, int, int], float]) -> float:
     return sum(flops.values()) / sum(flops[d] / r for d, r in rates.items())
 
 
-def _matmul_timer(dtype, device: str):
+def matmul_timer(dtype, device: str):
+    """``time_product(m, k, n)``: seconds of one ``torch.matmul`` of random ``dtype`` (m, k) and (k, n) matrices on
+    ``device`` (made once per shape and kept), bracketed by ``torch.cuda.synchronize`` on CUDA; for
+    :func:`best_rates`."""
     import torch
 
     cuda = device.startswith("cuda")
@@ -359,7 +362,7 @@ def gemm_ceiling(threads: int, shape: dict | None = None, tokens: int = 3072, re
     side = square or SQUARE["cuda" if device.startswith("cuda") else "cpu"]
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        time_product = timer(name) if timer is not None else _matmul_timer(dtype, device)
+        time_product = timer(name) if timer is not None else matmul_timer(dtype, device)
         out[name] = {"square": best_rates([(side, side, side)], time_product, reps, passes, warmup)[(side, side, side)]}
         if shape is not None:
             out[name]["model"] = mix_rate(best_rates(gemm_dims(shape, tokens), time_product, reps, passes, warmup))

@@ -12,6 +12,11 @@ dropout masks, LayerNorm, GELU, dtype casts (autocast's), copies (gathers of the
 ``Optimizer.step``), data (everything under the DataLoader's ``__next__``), other. Prints a markdown table per precision:
 ms per step and share of the profiled step. The step's wall time is printed beside it, with the
 1-minute load average (the machine may be shared: shares are steadier than milliseconds).
+
+``--products`` also prints the linear layers' matrix products as run inside the step (:func:`product_rates`):
+per product (forward, input gradient, weight gradient) and layer shape, the GFLOP/s reached in the step
+beside the same product's warmed rate alone (:func:`scripts.benchmarks.common.best_rates` at the step's mean
+token count), and how many ms of the step the difference costs.
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from scripts.benchmarks.common import REPO, add_busy_option, check_idle, default_data, int_at_least, read_sentences
+from scripts.benchmarks.common import (REPO, matmul_timer, add_busy_option, best_rates, check_idle, default_data,
+                                      int_at_least, read_sentences)
 
 KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout (masks)", "LayerNorm", "GELU",
          "casts (autocast) and copies in linear (bias)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",
@@ -108,6 +114,85 @@ def breakdown(events) -> dict[int, float]:
     return out
 
 
+ROLES = ("forward", "input gradient", "weight gradient")
+
+
+def product_rates(events) -> dict[tuple[str, int, int], dict]:
+    """The linear layers' matrix products of profiler ``events`` (recorded with ``record_shapes=True``).
+
+    A forward product is an ``aten::addmm`` (bias) or ``aten::mm`` under ``aten::linear``: (T, in) @ (in, out)
+    for T tokens; its gradients are the ``aten::mm`` under ``AddmmBackward0`` / ``MmBackward0`` whose shapes
+    are the input gradient's (T, out) @ (out, in) or the weight gradient's (in, T) @ (T, out) for a layer shape
+    and token count seen forward (a product matching both is counted as an input gradient). Other products
+    (attention's ``bmm``, a loss's similarity ``matmul``) are left out. Returns ``{(role, in, out): {"calls",
+    "us" (self CPU microseconds), "flop", "tokens" (summed over calls)}}``, role one of :data:`ROLES`.
+    """
+    forward, grads = [], []
+    for e in events:
+        if e.device_type.name != "CPU" or e.name not in ("aten::mm", "aten::addmm"):
+            continue
+        dims = [tuple(d) for d in e.input_shapes if d]
+        a, b = (dims[1], dims[2]) if e.name == "aten::addmm" else (dims[0], dims[1])
+        if len(a) != 2 or len(b) != 2:
+            continue
+        parent = e.cpu_parent
+        names = []
+        while parent is not None:
+            names.append(parent.name.removeprefix(_EVALUATE))
+            parent = parent.cpu_parent
+        item = (a, b, e.self_cpu_time_total)
+        if "aten::linear" in names:
+            forward.append(item)
+        elif names and names[0] in ("AddmmBackward0", "MmBackward0"):
+            grads.append(item)
+    layers = {(a[1], b[1]) for a, b, _ in forward}
+    tokens = {a[0] for a, _, _ in forward}
+    out: dict[tuple[str, int, int], dict] = {}
+
+    def add(role, layer, t, us, a, b):
+        row = out.setdefault((role, *layer), {"calls": 0, "us": 0.0, "flop": 0.0, "tokens": 0})
+        row["calls"] += 1
+        row["us"] += us
+        row["flop"] += 2.0 * a[0] * a[1] * b[1]
+        row["tokens"] += t
+
+    for a, b, us in forward:
+        add("forward", (a[1], b[1]), a[0], us, a, b)
+    for a, b, us in grads:
+        if a[0] in tokens and (b[1], a[1]) in layers:
+            add("input gradient", (b[1], a[1]), a[0], us, a, b)
+        elif a[1] in tokens and (a[0], b[1]) in layers:
+            add("weight gradient", (a[0], b[1]), a[1], us, a, b)
+    return out
+
+
+def product_dims(role: str, fan_in: int, fan_out: int, tokens: int) -> tuple[int, int, int]:
+    """(m, k, n) of one ``role`` product (:data:`ROLES`) of a fan_in -> fan_out linear layer at ``tokens`` tokens."""
+    return {"forward": (tokens, fan_in, fan_out), "input gradient": (tokens, fan_out, fan_in),
+            "weight gradient": (fan_in, tokens, fan_out)}[role]
+
+
+def print_products(rows: dict, steps: int, alone: dict) -> None:
+    """Markdown table of :func:`product_rates` ``rows`` per step, beside ``alone``: (m, k, n) -> FLOP/s of the
+    product by itself (:func:`product_dims` at the row's mean token count)."""
+    print("| product | layer (in -> out) | calls/step | ms/step | GFLOP/s in the step | GFLOP/s alone | ms/step lost |\n"
+          "|---|---|---|---|---|---|---|")
+    total_ms = total_lost = total_flop = 0.0
+    for key in sorted(rows, key=lambda k: (ROLES.index(k[0]), k[1], k[2])):
+        role, fan_in, fan_out = key
+        r = rows[key]
+        ms = r["us"] / 1000.0 / steps
+        rate = r["flop"] / (r["us"] * 1e-6)
+        dims = product_dims(role, fan_in, fan_out, round(r["tokens"] / r["calls"]))
+        lost = ms - r["flop"] / alone[dims] * 1000.0 / steps
+        total_ms, total_lost, total_flop = total_ms + ms, total_lost + lost, total_flop + r["flop"]
+        print(f"| {role} | {fan_in} -> {fan_out} | {r['calls'] / steps:g} | {ms:.1f} | {rate / 1e9:.0f} | "
+              f"{alone[dims] / 1e9:.0f} | {lost:.1f} |")
+    rate = total_flop / (total_ms / 1000.0 * steps) if total_ms else 0.0
+    print(f"products: {total_ms:.0f} ms/step at {rate / 1e9:.0f} GFLOP/s in the step; at each product's rate alone "
+          f"they would take {total_ms - total_lost:.0f} ms ({total_lost:.0f} ms/step less)")
+
+
 def profile(args, precision: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile as torch_profile, schedule
@@ -132,7 +217,7 @@ def profile(args, precision: str) -> None:
         set_seed(training_args.seed)
         trainer = build_trainer(model_args, data_args, training_args)
         marks: list[float] = []
-        prof = torch_profile(activities=[ProfilerActivity.CPU],
+        prof = torch_profile(activities=[ProfilerActivity.CPU], record_shapes=args.products,
                              schedule=schedule(wait=0, warmup=args.warmup - 1, active=args.steps, repeat=1))
 
         class Step(TrainerCallback):
@@ -158,6 +243,11 @@ def profile(args, precision: str) -> None:
         print(f"| operator | under | ms/step |\n|---|---|---|")
         for (name, top), us in sorted(pairs(prof.events()).items(), key=lambda kv: -kv[1])[:args.top]:
             print(f"| {name} | {top.replace(_EVALUATE, '')} | {us / 1000.0 / args.steps:.1f} |")
+    if args.products:
+        rows = product_rates(prof.events())
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        dims = sorted({product_dims(role, i, o, round(r["tokens"] / r["calls"])) for (role, i, o), r in rows.items()})
+        print_products(rows, args.steps, best_rates(dims, matmul_timer(dtype, "cpu")))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int_at_least(1), default=1)
     p.add_argument("--threads", type=int_at_least(1), default=2)
     p.add_argument("--top", type=int, default=0, help="also print the N (operator, outermost caller) pairs with the most self time")
+    p.add_argument("--products", action="store_true",
+                   help="also print the linear layers' products in the step against the same products alone (GFLOP/s)")
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra simcse.training.train options")
     add_busy_option(p)
     args = p.parse_args(argv)

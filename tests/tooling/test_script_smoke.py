@@ -43,11 +43,12 @@ def test_profile_train_step_profiles_a_step(tiny_bert_dir, tmp_path):
     data = tmp_path / "sentences.txt"
     data.write_text("\n".join(random_sentences(256)) + "\n")
     cmd = [sys.executable, "-m", "scripts.benchmarks.profile_train_step", "--data", str(data), "--precisions", "fp32",
-           "--warmup", "2", "--steps", "1", "--threads", "1", "--top", "3", "--allow_busy", "--ours-args", "--model_name_or_path",
+           "--warmup", "2", "--steps", "1", "--threads", "1", "--top", "3", "--products", "--allow_busy", "--ours-args", "--model_name_or_path",
            str(tiny_bert_dir), "--max_seq_length", "16", "--per_device_train_batch_size", "8"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "fp32: profiled 1 step(s) after 2 warm-up" in r.stdout and "| kind | ms/step | share |" in r.stdout
+    assert "| weight gradient |" in r.stdout and "products: " in r.stdout  # --products
 
 
 @pytest.fixture(scope="module")
