@@ -15,8 +15,8 @@ ms per step and share of the profiled step. The step's wall time is printed besi
 
 ``--products`` also prints the linear layers' matrix products as run inside the step (:func:`product_rates`):
 per product (forward, input gradient, weight gradient) and layer shape, the GFLOP/s reached in the step
-beside the same product's warmed rate alone (:func:`scripts.benchmarks.common.best_rates` at the step's mean
-token count), and how many ms of the step the difference costs.
+beside the same products' warmed rates alone (:func:`scripts.benchmarks.common.best_rates`, each product at
+its own shape), and how many ms of the step the difference costs.
 """
 from __future__ import annotations
 
@@ -115,82 +115,89 @@ def breakdown(events) -> dict[int, float]:
 
 
 ROLES = ("forward", "input gradient", "weight gradient")
+_BACKWARD_NODES = ("AddmmBackward0", "MmBackward0")
 
 
-def product_rates(events) -> dict[tuple[str, int, int], dict]:
-    """The linear layers' matrix products of profiler ``events`` (recorded with ``record_shapes=True``).
+def _operands(e) -> tuple[tuple, tuple] | None:
+    """The two matrices' shapes of an ``aten::mm`` / ``aten::addmm`` event (recorded with shapes), else None."""
+    dims = [tuple(d) for d in e.input_shapes if d]
+    pair = (dims[1], dims[2]) if e.name == "aten::addmm" and len(dims) >= 3 else tuple(dims[:2])
+    return pair if len(pair) == 2 and all(len(d) == 2 for d in pair) else None
+
+
+def product_rates(events) -> list[dict]:
+    """The linear layers' matrix products of profiler ``events`` (recorded with ``record_shapes=True``), one dict
+    per product: ``role`` (one of :data:`ROLES`), ``layer`` (in, out), ``dims`` (m, k, n) and ``us`` (self CPU
+    microseconds).
 
     A forward product is an ``aten::addmm`` (bias) or ``aten::mm`` under ``aten::linear``: (T, in) @ (in, out)
-    for T tokens; its gradients are the ``aten::mm`` under ``AddmmBackward0`` / ``MmBackward0`` whose shapes
-    are the input gradient's (T, out) @ (out, in) or the weight gradient's (in, T) @ (T, out) for a layer shape
-    and token count seen forward (a product matching both is counted as an input gradient). Other products
-    (attention's ``bmm``, a loss's similarity ``matmul``) are left out. Returns ``{(role, in, out): {"calls",
-    "us" (self CPU microseconds), "flop", "tokens" (summed over calls)}}``, role one of :data:`ROLES`.
+    for T tokens. Its gradients are the ``aten::mm`` run by its own ``AddmmBackward0`` / ``MmBackward0`` node (the
+    node's sequence number is the forward product's): the input gradient (T, out) @ (out, in) and the weight
+    gradient, a product over the T tokens in either layout, (in, T) @ (T, out) or (out, T) @ (T, in); a product
+    whose shapes fit both is taken in the node's order, the input gradient first. Other products (attention's
+    ``bmm``, a loss's similarity ``matmul``) are left out. Every linear map counts under its shape: a pooler's MLP
+    layer (on one token per sentence) beside the encoder's.
     """
-    forward, grads = [], []
+    forward, backward = {}, defaultdict(list)
     for e in events:
         if e.device_type.name != "CPU" or e.name not in ("aten::mm", "aten::addmm"):
             continue
-        dims = [tuple(d) for d in e.input_shapes if d]
-        a, b = (dims[1], dims[2]) if e.name == "aten::addmm" else (dims[0], dims[1])
-        if len(a) != 2 or len(b) != 2:
+        operands, parent, names = _operands(e), e.cpu_parent, []
+        if operands is None or parent is None:
             continue
-        parent = e.cpu_parent
-        names = []
         while parent is not None:
             names.append(parent.name.removeprefix(_EVALUATE))
             parent = parent.cpu_parent
-        item = (a, b, e.self_cpu_time_total)
-        if "aten::linear" in names:
-            forward.append(item)
-        elif names and names[0] in ("AddmmBackward0", "MmBackward0"):
-            grads.append(item)
-    layers = {(a[1], b[1]) for a, b, _ in forward}
-    tokens = {a[0] for a, _, _ in forward}
-    out: dict[tuple[str, int, int], dict] = {}
-
-    def add(role, layer, t, us, a, b):
-        row = out.setdefault((role, *layer), {"calls": 0, "us": 0.0, "flop": 0.0, "tokens": 0})
-        row["calls"] += 1
-        row["us"] += us
-        row["flop"] += 2.0 * a[0] * a[1] * b[1]
-        row["tokens"] += t
-
-    for a, b, us in forward:
-        add("forward", (a[1], b[1]), a[0], us, a, b)
-    for a, b, us in grads:
-        if a[0] in tokens and (b[1], a[1]) in layers:
-            add("input gradient", (b[1], a[1]), a[0], us, a, b)
-        elif a[1] in tokens and (a[0], b[1]) in layers:
-            add("weight gradient", (a[0], b[1]), a[1], us, a, b)
+        (a, b), node = operands, e.cpu_parent
+        if "aten::linear" in names and e.sequence_nr >= 0:
+            forward[e.sequence_nr] = {"role": "forward", "layer": (a[1], b[1]), "dims": (a[0], a[1], b[1]),
+                                      "us": e.self_cpu_time_total}
+        elif names[0] in _BACKWARD_NODES and node.sequence_nr >= 0:
+            backward[(node.sequence_nr, id(node))].append((e.time_range.start, a, b, e.self_cpu_time_total))
+    out = list(forward.values())
+    for (seq, _), products in backward.items():
+        if seq not in forward:
+            continue
+        tokens, _, _ = forward[seq]["dims"]
+        fan_in, fan_out = forward[seq]["layer"]
+        taken = set()
+        for _, a, b, us in sorted(products, key=lambda x: x[0]):
+            dims = (a[0], a[1], b[1])
+            fits = [role for role, ok in (("input gradient", dims == (tokens, fan_out, fan_in)),
+                                          ("weight gradient", a[1] == tokens and {a[0], b[1]} == {fan_in, fan_out}))
+                    if ok and role not in taken]
+            if fits:
+                taken.add(fits[0])
+                out.append({"role": fits[0], "layer": (fan_in, fan_out), "dims": dims, "us": us})
     return out
 
 
-def product_dims(role: str, fan_in: int, fan_out: int, tokens: int) -> tuple[int, int, int]:
-    """(m, k, n) of one ``role`` product (:data:`ROLES`) of a fan_in -> fan_out linear layer at ``tokens`` tokens."""
-    return {"forward": (tokens, fan_in, fan_out), "input gradient": (tokens, fan_out, fan_in),
-            "weight gradient": (fan_in, tokens, fan_out)}[role]
-
-
-def print_products(rows: dict, steps: int, alone: dict) -> None:
-    """Markdown table of :func:`product_rates` ``rows`` per step, beside ``alone``: (m, k, n) -> FLOP/s of the
-    product by itself (:func:`product_dims` at the row's mean token count)."""
+def print_products(products: list[dict], steps: int, alone: dict) -> None:
+    """Markdown table of :func:`product_rates` ``products`` per role and layer shape, per step, each product set
+    beside ``alone[dims]`` (its FLOP/s by itself, :func:`scripts.benchmarks.common.best_rates`): the row's rate
+    alone is its FLOPs over the sum of its products' times alone, "ms/step lost" the difference of the times."""
+    rows: dict[tuple, list[float]] = {}
+    for p in products:
+        m, k, n = p["dims"]
+        flop = 2.0 * m * k * n
+        row = rows.setdefault((p["role"], *p["layer"]), [0, 0.0, 0.0, 0.0])  # calls, us, flop, seconds alone
+        row[0] += 1
+        row[1] += p["us"]
+        row[2] += flop
+        row[3] += flop / alone[p["dims"]]
     print("| product | layer (in -> out) | calls/step | ms/step | GFLOP/s in the step | GFLOP/s alone | ms/step lost |\n"
           "|---|---|---|---|---|---|---|")
-    total_ms = total_lost = total_flop = 0.0
+    total_ms = total_alone = total_flop = 0.0
     for key in sorted(rows, key=lambda k: (ROLES.index(k[0]), k[1], k[2])):
-        role, fan_in, fan_out = key
-        r = rows[key]
-        ms = r["us"] / 1000.0 / steps
-        rate = r["flop"] / (r["us"] * 1e-6)
-        dims = product_dims(role, fan_in, fan_out, round(r["tokens"] / r["calls"]))
-        lost = ms - r["flop"] / alone[dims] * 1000.0 / steps
-        total_ms, total_lost, total_flop = total_ms + ms, total_lost + lost, total_flop + r["flop"]
-        print(f"| {role} | {fan_in} -> {fan_out} | {r['calls'] / steps:g} | {ms:.1f} | {rate / 1e9:.0f} | "
-              f"{alone[dims] / 1e9:.0f} | {lost:.1f} |")
+        calls, us, flop, alone_s = rows[key]
+        ms, alone_ms = us / 1000.0 / steps, alone_s * 1000.0 / steps
+        total_ms, total_alone, total_flop = total_ms + ms, total_alone + alone_ms, total_flop + flop
+        print(f"| {key[0]} | {key[1]} -> {key[2]} | {calls / steps:g} | {ms:.1f} | {flop / (us * 1e-6) / 1e9:.0f} | "
+              f"{flop / alone_s / 1e9:.0f} | {ms - alone_ms:.1f} |")
     rate = total_flop / (total_ms / 1000.0 * steps) if total_ms else 0.0
+    diff = total_ms - total_alone
     print(f"products: {total_ms:.0f} ms/step at {rate / 1e9:.0f} GFLOP/s in the step; at each product's rate alone "
-          f"they would take {total_ms - total_lost:.0f} ms ({total_lost:.0f} ms/step less)")
+          f"they would take {total_alone:.0f} ms ({abs(diff):.0f} ms/step {'less' if diff >= 0 else 'more'})")
 
 
 def profile(args, precision: str) -> None:
@@ -244,10 +251,10 @@ def profile(args, precision: str) -> None:
         for (name, top), us in sorted(pairs(prof.events()).items(), key=lambda kv: -kv[1])[:args.top]:
             print(f"| {name} | {top.replace(_EVALUATE, '')} | {us / 1000.0 / args.steps:.1f} |")
     if args.products:
-        rows = product_rates(prof.events())
+        products = product_rates(prof.events())
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        dims = sorted({product_dims(role, i, o, round(r["tokens"] / r["calls"])) for (role, i, o), r in rows.items()})
-        print_products(rows, args.steps, best_rates(dims, matmul_timer(dtype, "cpu")))
+        dims = sorted({p["dims"] for p in products})
+        print_products(products, args.steps, best_rates(dims, matmul_timer(dtype, "cpu")))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -263,12 +270,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra simcse.training.train options")
     add_busy_option(p)
     args = p.parse_args(argv)
+    precisions = [x.strip() for x in args.precisions.split(",") if x.strip()]
+    if not precisions or any(x not in ("fp32", "bf16") for x in precisions):
+        p.error(f"--precisions: expected a comma-separated list of fp32 and bf16, got {args.precisions!r}")
     check_idle(args.allow_busy)
     args.data = args.data or default_data()
-    for precision in [x.strip() for x in args.precisions.split(",") if x.strip()]:
-        if precision not in ("fp32", "bf16"):
-            p.error(f"--precisions: unknown precision {precision!r} (fp32, bf16)")
-        profile(args, precision)
+    from simcse.training.build import SetupError
+
+    for precision in precisions:
+        try:
+            profile(args, precision)
+        except SetupError as e:  # a bad --ours-args option or value, found before any step runs
+            p.error(f"--ours-args: {e}")
 
 
 if __name__ == "__main__":
