@@ -27,8 +27,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from scripts.benchmarks.common import (REPO, matmul_timer, add_busy_option, best_rates, check_idle, default_data,
-                                      int_at_least, read_sentences)
+from scripts.benchmarks.common import (REPO, add_busy_option, best_rates, check_idle, default_data, int_at_least,
+                                      matmul_timer, read_sentences)
 
 KINDS = ("GEMM (linear layers)", "attention (bmm, softmax, mask)", "dropout (masks)", "LayerNorm", "GELU",
          "casts (autocast) and copies in linear (bias)", "copies (gathers, cat, clone)", "elementwise (add, mul, ...)",
@@ -100,17 +100,22 @@ def pairs(events) -> dict[tuple[str, str], float]:
     return out
 
 
+def _ancestors(e) -> list[str]:
+    """Names of the operators and backward nodes a profiler event runs under, innermost first."""
+    names, p = [], e.cpu_parent
+    while p is not None:
+        names.append(p.name)
+        p = p.cpu_parent
+    return names
+
+
 def breakdown(events) -> dict[int, float]:
     """Self CPU time (microseconds) by kind (:func:`kind_of`) over profiler ``events`` (``prof.events()``)."""
     out: dict[int, float] = defaultdict(float)
     for e in events:
         if e.device_type.name != "CPU" or e.self_cpu_time_total <= 0:
             continue
-        ancestors, p = [], e.cpu_parent
-        while p is not None:
-            ancestors.append(p.name)
-            p = p.cpu_parent
-        out[kind_of(e.name, ancestors)] += e.self_cpu_time_total
+        out[kind_of(e.name, _ancestors(e))] += e.self_cpu_time_total
     return out
 
 
@@ -142,17 +147,14 @@ def product_rates(events) -> list[dict]:
     for e in events:
         if e.device_type.name != "CPU" or e.name not in ("aten::mm", "aten::addmm"):
             continue
-        operands, parent, names = _operands(e), e.cpu_parent, []
-        if operands is None or parent is None:
+        operands, node = _operands(e), e.cpu_parent
+        if operands is None or node is None:
             continue
-        while parent is not None:
-            names.append(parent.name.removeprefix(_EVALUATE))
-            parent = parent.cpu_parent
-        (a, b), node = operands, e.cpu_parent
-        if "aten::linear" in names and e.sequence_nr >= 0:
+        a, b = operands
+        if "aten::linear" in _ancestors(e) and e.sequence_nr >= 0:
             forward[e.sequence_nr] = {"role": "forward", "layer": (a[1], b[1]), "dims": (a[0], a[1], b[1]),
                                       "us": e.self_cpu_time_total}
-        elif names[0] in _BACKWARD_NODES and node.sequence_nr >= 0:
+        elif node.name in _BACKWARD_NODES and node.sequence_nr >= 0:
             backward[(node.sequence_nr, id(node))].append((e.time_range.start, a, b, e.self_cpu_time_total))
     out = list(forward.values())
     for (seq, _), products in backward.items():
